@@ -1,0 +1,93 @@
+"""The one registry of placement policies, resolved at start-up.
+
+Each policy module registers its function with :func:`register`. :func:`get_policy` resolves
+a name (raising :class:`UnknownPolicy` naming the known ones), so an extender started with an
+unknown ``--policy`` fails at boot, not on the first pod.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from topology.policies.base import PolicyFn
+
+#: Modules that register policies when imported (order = listing order).
+POLICY_MODULES = (
+    "topology.policies.baseline",
+    "topology.policies.gaia",
+    "topology.policies.mapa",
+    "topology.policies.default",
+)
+
+DEFAULT_POLICY = "gputopo"
+
+
+class UnknownPolicy(KeyError):
+    """No policy has this name."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown policy"
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A registered policy: its name, the function, and one line on what it does."""
+
+    name: str
+    fn: PolicyFn
+    summary: str
+
+
+_REGISTRY: dict[str, PolicySpec] = {}
+_loaded = False
+
+
+def register(name: str, summary: str) -> object:
+    """Decorator: register ``fn`` under ``name``.
+
+    Raises:
+        ValueError: the name is already taken by another function.
+    """
+
+    def deco(fn: PolicyFn) -> PolicyFn:
+        old = _REGISTRY.get(name)
+        if old is not None and old.fn is not fn and old.fn.__qualname__ != fn.__qualname__:
+            raise ValueError(f"policy {name!r} registered twice")
+        _REGISTRY[name] = PolicySpec(name, fn, summary)
+        return fn
+
+    return deco
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for mod in POLICY_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+    _loaded = True
+
+
+def policies() -> dict[str, PolicySpec]:
+    """All registered policies by name."""
+    _load()
+    return dict(_REGISTRY)
+
+
+def get_policy(name: str) -> PolicySpec:
+    """Resolve a policy by name.
+
+    Raises:
+        UnknownPolicy: no such policy; the message lists the known names.
+    """
+    _load()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise UnknownPolicy(f"unknown policy {name!r}; known policies: {known}") from None
