@@ -1,0 +1,156 @@
+"""The gputopo contract: resource names, annotation keys, and the assignment they encode.
+
+This module is pure (no Kubernetes client): the extender's bind writes
+:func:`assignment_annotations`; the device plugin reads them back with
+:func:`parse_assignment`. Both sides import the names from here so they cannot drift.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from topology.policies.base import Decision
+
+# --- resources --------------------------------------------------------------------------
+RESOURCE_GPU = "nvidia.com/gpu"  # whole GPUs
+RESOURCE_VGPU_CORE = "gputopo.io/vgpu-core"  # percent of one GPU's compute (100 = whole)
+RESOURCE_VGPU_MEMORY = "gputopo.io/vgpu-memory"  # GPU memory, MiB
+MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
+
+# --- inputs (pod annotations) -------------------------------------------------------------
+PREFIX = "gputopo.io/"
+ANN_PATTERN = PREFIX + "pattern"
+ANN_BW_SENSITIVE = PREFIX + "bandwidth-sensitive"
+ANN_POLICY = PREFIX + "policy"
+ANN_MIN_UTILITY = PREFIX + "min-utility"
+
+# --- node ---------------------------------------------------------------------------------
+ANN_TOPOLOGY = PREFIX + "topology"
+LABEL_GPU_MODEL = PREFIX + "gpu-model"
+LABEL_TOPOLOGY_CLASS = PREFIX + "topology-class"
+
+# --- outputs (pod annotations written by bind) ---------------------------------------------
+ANN_NODE = PREFIX + "node"
+ANN_GPU_INDICES = PREFIX + "gpu-indices"
+ANN_GPU_UUIDS = PREFIX + "gpu-uuids"
+ANN_CUDA_VISIBLE_DEVICES = PREFIX + "cuda-visible-devices"
+ANN_CPU_AFFINITY = PREFIX + "cpu-affinity"
+ANN_NUMA_NODES = PREFIX + "numa-nodes"
+ANN_EFFBW = PREFIX + "effective-bandwidth-gbps"
+ANN_POLICY_USED = PREFIX + "decided-by"
+ANN_VGPU_CORE = PREFIX + "vgpu-core-granted"  # percent, fractional assignments only
+ANN_VGPU_MEMORY = PREFIX + "vgpu-memory-granted"  # MiB, fractional assignments only
+
+OUTPUT_ANNOTATIONS = (
+    ANN_NODE, ANN_GPU_INDICES, ANN_GPU_UUIDS, ANN_CUDA_VISIBLE_DEVICES, ANN_CPU_AFFINITY,
+    ANN_NUMA_NODES, ANN_EFFBW, ANN_POLICY_USED, ANN_VGPU_CORE, ANN_VGPU_MEMORY,
+)  # fmt: skip
+
+
+class AssignmentError(ValueError):
+    """A pod's output annotations are missing, garbled or inconsistent."""
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The GPUs a pod was given, as read back from its annotations.
+
+    Attributes:
+        node: node name the decision was made for.
+        gpu_indices: GPU indices on that node.
+        gpu_uuids: their UUIDs (same order).
+        cpu_affinity: cpulist near the GPUs ("" when unknown).
+        numa_nodes: NUMA nodes of the GPUs.
+        effective_bandwidth_gbps: predicted EffBW, GB/s.
+        core_percent: vGPU-core granted (percent of the GPU) for fractional pods, else 0.
+        memory_mib: GPU memory granted (MiB) for fractional pods, else 0.
+    """
+
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    cpu_affinity: str
+    numa_nodes: tuple[int, ...]
+    effective_bandwidth_gbps: float
+    core_percent: int = 0
+    memory_mib: int = 0
+
+    @property
+    def fractional(self) -> bool:
+        """A share of one GPU rather than whole GPUs."""
+        return self.core_percent > 0 or self.memory_mib > 0
+
+
+def assignment_annotations(decision: Decision, node: str) -> dict[str, str]:
+    """The pod annotations bind writes for ``decision`` on ``node`` (all values strings)."""
+    ann = {
+        ANN_NODE: node,
+        ANN_GPU_INDICES: ",".join(str(i) for i in decision.gpus),
+        ANN_GPU_UUIDS: ",".join(decision.uuids),
+        ANN_CUDA_VISIBLE_DEVICES: ",".join(decision.uuids),
+        ANN_CPU_AFFINITY: decision.cpu_affinity,
+        ANN_NUMA_NODES: ",".join(str(n) for n in decision.numa_nodes),
+        ANN_EFFBW: f"{decision.effective_bandwidth_gbps:.1f}",
+        ANN_POLICY_USED: decision.policy,
+    }
+    if decision.fractional:
+        ann[ANN_VGPU_CORE] = str(decision.core_percent)
+        ann[ANN_VGPU_MEMORY] = str(decision.memory_mib)
+    return ann
+
+
+def has_assignment(annotations: Mapping[str, str] | None) -> bool:
+    """True when the pod carries gputopo's output annotations (it was bound by gputopo)."""
+    return bool(annotations) and ANN_GPU_UUIDS in annotations  # type: ignore[operator]
+
+
+def _ints(text: str, key: str) -> tuple[int, ...]:
+    if text.strip() == "":
+        return ()
+    try:
+        return tuple(int(p) for p in text.split(","))
+    except ValueError:
+        raise AssignmentError(f"annotation {key}={text!r} is not a comma-separated list of integers") from None
+
+
+def parse_assignment(annotations: Mapping[str, str] | None) -> Assignment:
+    """Read an :class:`Assignment` back from pod annotations.
+
+    Raises:
+        AssignmentError: a required key is missing, a value does not parse, or indices,
+            UUIDs and CUDA_VISIBLE_DEVICES disagree (the message names the key).
+    """
+    ann = annotations or {}
+    for key in (ANN_NODE, ANN_GPU_INDICES, ANN_GPU_UUIDS):
+        if key not in ann:
+            raise AssignmentError(f"missing annotation {key}")
+    indices = _ints(ann[ANN_GPU_INDICES], ANN_GPU_INDICES)
+    uuids = tuple(u for u in ann[ANN_GPU_UUIDS].split(",") if u)
+    if not indices or len(indices) != len(uuids):
+        raise AssignmentError(
+            f"{ANN_GPU_INDICES} has {len(indices)} entries but {ANN_GPU_UUIDS} has {len(uuids)}"
+        )
+    if len(set(uuids)) != len(uuids) or len(set(indices)) != len(indices):
+        raise AssignmentError("the same GPU is listed twice in the assignment")
+    cvd = ann.get(ANN_CUDA_VISIBLE_DEVICES)
+    if cvd is not None and tuple(cvd.split(",")) != uuids:
+        raise AssignmentError(f"{ANN_CUDA_VISIBLE_DEVICES} disagrees with {ANN_GPU_UUIDS}")
+    try:
+        effbw = float(ann.get(ANN_EFFBW, "0") or 0)
+        core = int(ann.get(ANN_VGPU_CORE, "0") or 0)
+        mem = int(ann.get(ANN_VGPU_MEMORY, "0") or 0)
+    except ValueError:
+        raise AssignmentError("a numeric gputopo annotation does not parse") from None
+    if (core or mem) and len(indices) != 1:
+        raise AssignmentError("a fractional assignment must name exactly one GPU")
+    return Assignment(
+        node=ann[ANN_NODE],
+        gpu_indices=indices,
+        gpu_uuids=uuids,
+        cpu_affinity=ann.get(ANN_CPU_AFFINITY, ""),
+        numa_nodes=_ints(ann.get(ANN_NUMA_NODES, ""), ANN_NUMA_NODES),
+        effective_bandwidth_gbps=effbw,
+        core_percent=core,
+        memory_mib=mem,
+    )
