@@ -1,0 +1,18 @@
+"""Shared CLI plumbing: one-line errors with exit code 2 for bad input."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+
+EXIT_BAD_INPUT = 2
+EXIT_NO_FIT = 1
+
+
+def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``gputopo: error: <message>`` (one line) to stderr and exit with ``code``."""
+    first = " ".join(str(message).split())
+    print(f"gputopo: error: {first}", file=sys.stderr)
+    raise typer.Exit(code)
