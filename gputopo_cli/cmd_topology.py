@@ -1,0 +1,92 @@
+"""``gputopo topology``: show a machine's model and access-cost tree, list the catalog,
+print the annotation JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from gputopo_cli.common import fail
+from topology.model import Topology, TopologyError, format_cpu_list
+
+
+def render_model(topo: Topology) -> str:
+    """A human-readable matrix: NV# for NVLinked pairs, the PCIe level otherwise, plus each
+    GPU's NUMA node and CPUs."""
+    n = topo.size
+    head = "      " + "".join(f"GPU{j:<4}" for j in range(n)) + "NUMA  CPU affinity"
+    lines = [
+        f"{topo.name}: {n} x {topo.gpus[0].name or 'GPU'}"
+        f"{', NVSwitch' if topo.nvswitch else ''}, NVLink gen {topo.nvlink_generation}, "
+        f"class {topo.topology_class}",
+        head,
+    ]
+    for i in range(n):
+        cells = []
+        for j in range(n):
+            if i == j:
+                cells.append("X")
+            else:
+                lk = topo.links[i][j]
+                cells.append(f"NV{lk.nvlinks}" if lk.nvlinks else lk.pcie.name)
+        g = topo.gpus[i]
+        numa = "-" if g.numa_node is None else str(g.numa_node)
+        lines.append(
+            f"GPU{i:<3}" + "".join(f"{c:<7}" for c in cells)
+            + f"{numa:<6}{format_cpu_list(g.cpu_affinity) or '-'}"
+        )
+    bw = topo.bandwidths
+    lines.append(
+        f"link bandwidth: NVLink {bw.nvlink(topo.nvlink_generation):g} GB/s per link, "
+        f"PCIe {bw.pcie_gbps.get(next(iter(bw.pcie_gbps))):g} GB/s (MAPA Table 1)"
+    )
+    return "\n".join(lines)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``topology`` command group."""
+    group = typer.Typer(help="Inspect topologies: show, list the catalog, print the schema.",
+                        no_args_is_help=True)
+
+    @group.command("show")
+    def show(
+        src: Annotated[str, typer.Argument(help="catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output")],
+        output: Annotated[str, typer.Option("--output", "-o", help="table | json (json = exactly the gputopo.io/topology annotation)")] = "table",
+    ) -> None:
+        """Print the model and the Gaia access-cost tree (or the annotation JSON)."""
+        from topology.serialization import dumps
+        from topology.sources import load_topology
+
+        if output not in ("json", "table"):
+            fail(f"--output must be json or table, got {output!r}")
+        try:
+            topo = load_topology(src)
+        except (TopologyError, OSError) as exc:
+            fail(str(exc))
+        if output == "json":
+            typer.echo(dumps(topo))
+            return
+        from topology.policies.gaia import AccessCostTree
+
+        typer.echo(render_model(topo))
+        typer.echo("\naccess-cost tree (Gaia §III-B):")
+        typer.echo(AccessCostTree.build(topo).render())
+
+    @group.command("list")
+    def list_() -> None:
+        """List the catalog machines."""
+        from topology import catalog
+
+        for name in catalog.names():
+            typer.echo(f"{name:<20} {catalog.describe(name)}")
+
+    @group.command("schema")
+    def schema() -> None:
+        """Print the JSON Schema of the gputopo.io/topology annotation."""
+        from topology.serialization import json_schema
+
+        typer.echo(json.dumps(json_schema(), indent=2, sort_keys=True))
+
+    app.add_typer(group, name="topology")

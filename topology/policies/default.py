@@ -1,0 +1,103 @@
+"""``gputopo``, the default policy: Gaia for shares and single GPUs, MAPA Preserve with a
+monotone bandwidth model for multi-GPU jobs.
+
+Reasoning:
+
+* **Fractional requests** (m < 1) — Gaia's Fragment (Gaia §III-C, Algorithm 1): best fit
+  among partly used GPUs, else the cheapest whole GPU. Packing shares onto cards that are
+  already shared keeps whole GPUs whole; MAPA has no notion of a share.
+* **One GPU** — nothing to communicate, so the only question is what the job takes away from
+  later jobs. We take the free GPU whose removal keeps the highest PreservedBW (MAPA Eq. 3): a
+  GPU whose NVLink and PCIe neighbours are busy removes the least bandwidth. This generalises
+  Gaia's Singular rule ("prefer a free GPU whose sibling is busy", Gaia §III-C) from the PCIe
+  tree to NVLink; Gaia's rule itself breaks ties (more busy PIX siblings first), then the
+  lowest index.
+* **Several GPUs, bandwidth-sensitive** — MAPA Preserve's sensitive branch (Algorithm 1), but
+  scored with the monotone gputopo-v1 EffBW model instead of Eq. 2, which rewards PCIe links
+  on 4-GPU all-to-all sets and is not monotone on 5-GPU rings (see
+  :mod:`topology.policies.bandwidth`). Ties: higher PreservedBW, then the smallest GPU set.
+* **Several GPUs, insensitive** — MAPA Preserve's insensitive branch: the highest PreservedBW
+  (Eq. 3), ties broken by the higher gputopo-v1 EffBW, then the smallest GPU set.
+
+Every branch is deterministic: equal inputs give equal decisions.
+"""
+
+from __future__ import annotations
+
+from topology.model import PCIeLevel, Topology
+from topology.policies.base import Candidate, Decision, NodeState, Request
+from topology.policies.bandwidth import preserved_bandwidth
+from topology.policies.common import MODEL_GPUTOPO, check_capacity, whole_decision
+from topology.policies.matching import search
+from topology.policies.registry import register
+
+NAME = "gputopo"
+
+
+def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
+    free = check_capacity(topology, state, request)
+    free_set = set(free)
+
+    def key(g: int) -> tuple[float, int, int]:
+        preserved = preserved_bandwidth(topology, [f for f in free if f != g])
+        siblings = [
+            o for o in range(topology.size)
+            if o != g and topology.links[g][o].pcie == PCIeLevel.PIX
+        ]
+        busy_siblings = sum(1 for o in siblings if o not in free_set)
+        return (-round(preserved, 9), -busy_siblings, g)
+
+    ranked = sorted(free, key=key)
+    best = ranked[0]
+    runner = None
+    if len(ranked) > 1:
+        r = ranked[1]
+        runner = Candidate(
+            gpus=(r,), aggregated_bandwidth_gbps=0.0, effective_bandwidth_gbps=0.0,
+            preserved_bandwidth_gbps=preserved_bandwidth(topology, [f for f in free if f != r]),
+        )
+    return whole_decision(
+        NAME, topology, state, request, (best,), MODEL_GPUTOPO, runner_up=runner,
+        reason="single GPU: keeps the most PreservedBW (Eq. 3); ties by Gaia Singular",
+    )
+
+
+@register(NAME, "default: Gaia Fragment for shares, PreservedBW for 1 GPU, MAPA Preserve "
+          "with a monotone EffBW model for multi-GPU")
+def gputopo(topology: Topology, state: NodeState, request: Request) -> Decision:
+    """The default policy (see the module docstring for the reasoning).
+
+    Args:
+        topology: the node.
+        state: its used GPUs.
+        request: whole GPUs (``count >= 1``) or a share (``count == 0``).
+
+    Returns:
+        A decision whose EffBW is the gputopo-v1 prediction (GB/s).
+
+    Raises:
+        NoFit: not enough free GPUs, or no GPU with room for the share.
+    """
+    if request.fractional:
+        from topology.policies import gaia
+
+        return gaia.fragment(topology, state, request, policy_name=NAME)
+    if request.count == 1:
+        return _single(topology, state, request)
+    free = check_capacity(topology, state, request)
+    pattern = request.effective_pattern()
+    if request.sensitive:
+        result = search(topology, free, pattern, "effbw-gputopo", "preserved")
+        why = "bandwidth-sensitive: highest EffBW (gputopo-v1), ties by PreservedBW"
+    else:
+        result = search(topology, free, pattern, "preserved", "effbw-gputopo")
+        why = "insensitive: highest PreservedBW (MAPA Eq. 3), ties by EffBW"
+    runner = None
+    if result.runner_up is not None:
+        r = result.runner_up
+        runner = Candidate(r.gpus, r.aggbw, r.effbw_gputopo, r.preserved)
+    exact = "" if result.exact else " (pruned search)"
+    return whole_decision(
+        NAME, topology, state, request, result.best.mapping, MODEL_GPUTOPO,
+        runner_up=runner, reason=why + exact,
+    )
