@@ -1,0 +1,73 @@
+"""The vectorised search against networkx's subgraph monomorphisms (exhaustive)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.topology.strategies import topologies
+from topology import catalog
+from topology.model import Topology
+from topology.patterns import Pattern, all_to_all, pair, ring, tree
+from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
+from topology.policies.bandwidth import aggregated_bandwidth, preserved_bandwidth
+from topology.policies.matching import arrangements, networkx_matches, search
+
+DGX = catalog.get("dgx1-v100")
+
+
+def _brute(topo: Topology, free: list[int], pattern: Pattern, objective: str) -> float:
+    best = float("-inf")
+    for m in networkx_matches(topo, free, pattern):
+        inv = {v: g for g, v in m.items()}
+        edges = [(inv[a], inv[b]) for a, b in pattern.edges]
+        chosen = set(m)
+        val = {
+            "aggbw": lambda: aggregated_bandwidth(topo, edges),
+            "effbw-mapa": lambda: effective_bandwidth(topo, edges, MODEL_MAPA),
+            "effbw-gputopo": lambda: effective_bandwidth(topo, edges, MODEL_GPUTOPO),
+            "preserved": lambda: preserved_bandwidth(topo, [f for f in free if f not in chosen]),
+        }[objective]()
+        best = max(best, val)
+    return best
+
+
+def test_arrangement_counts() -> None:
+    assert arrangements(5, ring(5).edges).shape[0] == 12  # (5-1)!/2
+    assert arrangements(4, all_to_all(4).edges).shape[0] == 1
+    assert arrangements(8, ring(8).edges).shape[0] == 2520
+
+
+@pytest.mark.parametrize("objective", ["aggbw", "effbw-mapa", "effbw-gputopo", "preserved"])
+@pytest.mark.parametrize("pattern", [ring(4), tree(4), all_to_all(3), pair(4), ring(5)])
+def test_search_equals_networkx_exhaustive_on_dgx1(pattern: Pattern, objective: str) -> None:
+    free = [0, 1, 2, 4, 5, 6, 7]
+    result = search(DGX, free, pattern, objective)  # type: ignore[arg-type]
+    assert result.exact
+    assert result.best.score(objective) == pytest.approx(  # type: ignore[arg-type]
+        _brute(DGX, free, pattern, objective)
+    )
+    assert set(result.best.mapping) <= set(free)
+
+
+@given(topologies(min_gpus=3, max_gpus=7), st.data())
+def test_search_is_optimal_on_random_topologies(topo: Topology, data: st.DataObject) -> None:
+    k = data.draw(st.integers(2, min(4, topo.size)))
+    pattern = data.draw(st.sampled_from([ring(k), tree(k), all_to_all(k), pair(k)]))
+    objective = data.draw(st.sampled_from(["aggbw", "effbw-mapa", "effbw-gputopo"]))
+    free = list(range(topo.size))
+    r = search(topo, free, pattern, objective)
+    assert r.best.score(objective) == pytest.approx(_brute(topo, free, pattern, objective))
+    again = search(topo, free, pattern, objective)
+    assert again.best.mapping == r.best.mapping  # deterministic
+
+
+def test_pruned_search_on_16_gpus_is_labelled_and_valid() -> None:
+    topo = catalog.get("mapa-torus-16") if "mapa-torus-16" in catalog.names() else None
+    if topo is None:
+        pytest.skip("catalog has no mapa-torus-16 yet")
+    r = search(topo, list(range(16)), ring(8), "effbw-gputopo")
+    assert not r.exact
+    assert len(set(r.best.mapping)) == 8
+    assert r.runner_up is not None and r.runner_up.gpus != r.best.gpus
