@@ -93,7 +93,10 @@ class LinkBandwidths:
 
     def __hash__(self) -> int:  # dict fields: hash by content
         return hash(
-            (tuple(sorted(self.nvlink_gbps_per_link.items())), tuple(sorted(self.pcie_gbps.items())))
+            (
+                tuple(sorted(self.nvlink_gbps_per_link.items())),
+                tuple(sorted(self.pcie_gbps.items())),
+            )
         )
 
 
@@ -309,8 +312,7 @@ class Topology:
         """``n × n`` matrix of :meth:`link_bandwidth` in GB/s, 0 on the diagonal."""
         n = self.size
         return tuple(
-            tuple(0.0 if i == j else self.link_bandwidth(i, j) for j in range(n))
-            for i in range(n)
+            tuple(0.0 if i == j else self.link_bandwidth(i, j) for j in range(n)) for i in range(n)
         )
 
     def hardware_graph(self, gpus: Iterable[int] | None = None) -> nx.Graph:
@@ -339,7 +341,9 @@ class Topology:
 
     def numa_nodes(self, gpus: Iterable[int]) -> tuple[int, ...]:
         """Sorted NUMA nodes of ``gpus`` (unknown NUMA nodes are left out)."""
-        return tuple(sorted({g.numa_node for i in gpus if (g := self.gpus[i]).numa_node is not None}))
+        return tuple(
+            sorted({g.numa_node for i in gpus if (g := self.gpus[i]).numa_node is not None})
+        )
 
     # ------------------------------------------------------------------ identity
     def link_signature(self) -> list[list[list[int | str | bool]]]:

@@ -197,7 +197,9 @@ def loads(text: str | bytes) -> Topology:
     try:
         raw = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise TopologyError(f"topology is not valid JSON: {exc.msg if hasattr(exc, 'msg') else exc}") from None
+        raise TopologyError(
+            f"topology is not valid JSON: {exc.msg if hasattr(exc, 'msg') else exc}"
+        ) from None
     if not isinstance(raw, dict):
         raise TopologyError("topology JSON must be an object")
     version = raw.get("schemaVersion")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from topology.model import Topology
+from topology.patterns import Pattern
 from topology.policies.bandwidth import (
     access_cost,
     aggregated_bandwidth,
@@ -23,7 +24,6 @@ from topology.policies.base import (
     Request,
     cpu_and_numa,
 )
-from topology.patterns import Pattern
 
 MODEL_MAPA = "mapa-eq2"
 MODEL_GPUTOPO = "gputopo-v1"
@@ -34,9 +34,7 @@ def mapped_edges(pattern: Pattern, mapping: Sequence[int]) -> list[tuple[int, in
     return [(mapping[a], mapping[b]) for a, b in pattern.edges]
 
 
-def effective_bandwidth(
-    topology: Topology, edges: Sequence[tuple[int, int]], model: str
-) -> float:
+def effective_bandwidth(topology: Topology, edges: Sequence[tuple[int, int]], model: str) -> float:
     """Predicted EffBW (GB/s) of the matched pattern edges under ``model``.
 
     ``mapa-eq2``: MAPA Eq. 2 on the (x, y, z) counts; ``gputopo-v1``: the monotone model.
@@ -51,8 +49,12 @@ def effective_bandwidth(
 
 
 def candidate(
-    topology: Topology, free: Sequence[int], gpus: Sequence[int], pattern: Pattern,
-    mapping: Sequence[int], model: str,
+    topology: Topology,
+    free: Sequence[int],
+    gpus: Sequence[int],
+    pattern: Pattern,
+    mapping: Sequence[int],
+    model: str,
 ) -> Candidate:
     """Score a GPU set (for runner-ups)."""
     edges = mapped_edges(pattern, mapping)
@@ -61,7 +63,9 @@ def candidate(
         gpus=tuple(sorted(gpus)),
         aggregated_bandwidth_gbps=aggregated_bandwidth(topology, all_pairs(sorted(gpus))),
         effective_bandwidth_gbps=effective_bandwidth(topology, edges, model),
-        preserved_bandwidth_gbps=preserved_bandwidth(topology, [g for g in free if g not in chosen]),
+        preserved_bandwidth_gbps=preserved_bandwidth(
+            topology, [g for g in free if g not in chosen]
+        ),
     )
 
 
@@ -92,7 +96,9 @@ def whole_decision(
         pattern_bandwidth_gbps=aggregated_bandwidth(topology, edges),
         effective_bandwidth_gbps=effective_bandwidth(topology, edges, model),
         bandwidth_model=model,
-        preserved_bandwidth_gbps=preserved_bandwidth(topology, [g for g in free if g not in chosen]),
+        preserved_bandwidth_gbps=preserved_bandwidth(
+            topology, [g for g in free if g not in chosen]
+        ),
         access_cost=access_cost(topology, gpus),
         cpu_affinity=cpus,
         numa_nodes=numa,
@@ -145,7 +151,9 @@ def check_capacity(topology: Topology, state: NodeState, request: Request) -> tu
         raise NoFit(f"node has {topology.size} GPUs; the pod asks for {request.count}")
     free = state.free_gpus(topology)
     if len(free) < request.count:
-        raise NoFit(f"only {len(free)} of {topology.size} GPUs free; the pod asks for {request.count}")
+        raise NoFit(
+            f"only {len(free)} of {topology.size} GPUs free; the pod asks for {request.count}"
+        )
     return free
 
 

@@ -25,8 +25,8 @@ Every branch is deterministic: equal inputs give equal decisions.
 from __future__ import annotations
 
 from topology.model import PCIeLevel, Topology
-from topology.policies.base import Candidate, Decision, NodeState, Request
 from topology.policies.bandwidth import preserved_bandwidth
+from topology.policies.base import Candidate, Decision, NodeState, Request
 from topology.policies.common import MODEL_GPUTOPO, check_capacity, whole_decision
 from topology.policies.matching import search
 from topology.policies.registry import register

@@ -335,7 +335,9 @@ def search(
     return SearchResult(best, runner, exact, len(best_rows))
 
 
-def networkx_matches(topology: Topology, free: Sequence[int], pattern: Pattern) -> Iterator[dict[int, int]]:
+def networkx_matches(
+    topology: Topology, free: Sequence[int], pattern: Pattern
+) -> Iterator[dict[int, int]]:
     """Every match of ``pattern`` in the free GPUs' hardware graph, as networkx finds them
     (``GraphMatcher.subgraph_monomorphisms_iter``): dicts GPU → pattern vertex. Exponential;
     for tests and small cases."""

@@ -10,8 +10,8 @@ from tests.topology.strategies import topologies
 from topology import catalog
 from topology.model import Topology
 from topology.patterns import Pattern, all_to_all, pair, ring, tree
-from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
 from topology.policies.bandwidth import aggregated_bandwidth, preserved_bandwidth
+from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
 from topology.policies.matching import arrangements, networkx_matches, search
 
 DGX = catalog.get("dgx1-v100")
@@ -23,12 +23,14 @@ def _brute(topo: Topology, free: list[int], pattern: Pattern, objective: str) ->
         inv = {v: g for g, v in m.items()}
         edges = [(inv[a], inv[b]) for a, b in pattern.edges]
         chosen = set(m)
-        val = {
-            "aggbw": lambda: aggregated_bandwidth(topo, edges),
-            "effbw-mapa": lambda: effective_bandwidth(topo, edges, MODEL_MAPA),
-            "effbw-gputopo": lambda: effective_bandwidth(topo, edges, MODEL_GPUTOPO),
-            "preserved": lambda: preserved_bandwidth(topo, [f for f in free if f not in chosen]),
-        }[objective]()
+        if objective == "aggbw":
+            val = aggregated_bandwidth(topo, edges)
+        elif objective == "effbw-mapa":
+            val = effective_bandwidth(topo, edges, MODEL_MAPA)
+        elif objective == "effbw-gputopo":
+            val = effective_bandwidth(topo, edges, MODEL_GPUTOPO)
+        else:
+            val = preserved_bandwidth(topo, [f for f in free if f not in chosen])
         best = max(best, val)
     return best
 
