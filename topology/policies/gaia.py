@@ -200,6 +200,11 @@ class AccessCostTree:
         self._leaf = {n.gpus[0]: n.id for n in self.nodes if n.is_leaf}
 
     # ---------------------------------------------------------------- construction
+    @classmethod
+    def build(cls, topology: Topology) -> AccessCostTree:
+        """The tree of ``topology`` (cached per topology; same as :func:`access_cost_tree`)."""
+        return access_cost_tree(topology)
+
     @staticmethod
     def _cluster(topology: Topology) -> _Proto:
         """Complete-linkage agglomerative clustering on ``(PCIe level, access cost)``."""
