@@ -189,7 +189,9 @@ class FakeNVML:
         """
         try:
             from topology.sources import load_topology  # type: ignore[import-not-found]
-        except ImportError:
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("topology.sources", "topology"):
+                raise
             from topology.catalog import get as load_topology
         return cls(load_topology(src), **kwargs)
 

@@ -493,9 +493,9 @@ def watch_health(
       GPU → ``(uuid, False, xid)``;
     * a GPU that cannot be found or registered for events (other than "not supported", which
       only disables its health check) → ``(uuid, False, None)``;
-    * ``nvmlEventSetWait_v2`` failing with anything but a timeout, or an event whose device
-      has no readable UUID → every watched GPU ``(uuid, False, None)``; the loop then waits
-      ``poll_ms`` before trying again.
+    * ``nvmlEventSetWait_v2`` failing with anything but a timeout → every watched GPU
+      ``(uuid, False, None)``, and the loop waits ``poll_ms`` before trying again; a critical
+      XID whose device has no readable UUID → every watched GPU ``(uuid, False, xid)``.
 
     NVML has no "recovered" event, so ``healthy=True`` is never reported here; a GPU comes
     back when the watcher's owner decides so (e.g. after a driver reload).
