@@ -1,0 +1,401 @@
+"""Gaia (Song et al., Tencent): the access-cost tree, Algorithm 1 and Fragment/Singular/Link.
+
+The paper's own examples come first (Fig. 5, Experiments 1–4 on its 4-GPU Tesla P4 machine),
+then DGX-1 V100 behaviour, then hypothesis invariants.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.topology.strategies import states, topologies
+from topology import catalog
+from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
+from topology.patterns import ring
+from topology.policies import gaia as G
+from topology.policies.base import FULL_CORE, GPUUsage, NodeState, NoFit, Request, RequestError
+from topology.policies.common import fits_share
+from topology.policies.registry import get_policy
+
+DGX = catalog.get("dgx1-v100")
+P4_MIB = 7611
+
+
+def _gpus(machine: str, n: int, numa: list[int], memory_mib: int = P4_MIB) -> list[GPU]:
+    return [
+        GPU(i, deterministic_uuid(machine, i), f"0000:{i + 2:02x}:00.0", "Tesla P4", memory_mib,
+            numa[i], frozenset(range(numa[i] * 14, numa[i] * 14 + 14)))
+        for i in range(n)
+    ]
+
+
+def _levels(n: int, rule: dict[tuple[int, int], PCIeLevel], default: PCIeLevel
+            ) -> dict[tuple[int, int], PCIeLevel]:
+    return {(a, b): rule.get((a, b), default) for a in range(n) for b in range(a + 1, n)}
+
+
+def gaia_4gpu() -> Topology:
+    """Gaia's experiment machine (Fig. 7): 4 Tesla P4 on two E5-2680 v4 sockets; gpu2 and
+    gpu3 share a PCIe switch (the cheapest pair, Experiment 1), gpu0 and gpu1 meet at the
+    host bridge, the two pairs only across sockets. The catalog entry is used when present."""
+    if "gaia-4gpu" in catalog.names():
+        return catalog.get("gaia-4gpu")
+    pcie = _levels(4, {(0, 1): PCIeLevel.PHB, (2, 3): PCIeLevel.PIX}, PCIeLevel.SYS)
+    return Topology.build("gaia-4gpu", _gpus("gaia-4gpu", 4, [0, 0, 1, 1]), {}, pcie)
+
+
+def fig5_machine() -> Topology:
+    """A Fig. 5-like tree: socket 0 has two PIX switches {0,1} and {2,3} under one host
+    bridge; socket 1 has gpu4 and gpu5 behind a chain of switches (PXB)."""
+    rule = {(0, 1): PCIeLevel.PIX, (2, 3): PCIeLevel.PIX, (4, 5): PCIeLevel.PXB}
+    for a in range(4):
+        for b in range(a + 1, 4):
+            rule.setdefault((a, b), PCIeLevel.PHB)
+    pcie = _levels(6, rule, PCIeLevel.SYS)
+    return Topology.build("fig5", _gpus("fig5", 6, [0, 0, 0, 0, 1, 1]), {}, pcie)
+
+
+GAIA4 = gaia_4gpu()
+
+
+def place(topo: Topology, state: NodeState, req: Request):
+    return G.gaia(topo, state, req)
+
+
+# ============================================================================ the paper
+def test_registered_under_gaia() -> None:
+    assert get_policy("gaia").fn is G.gaia
+
+
+def test_fig5_single_gpu_goes_to_the_free_gpu_whose_sibling_is_busy() -> None:
+    topo = fig5_machine()
+    tree = G.access_cost_tree(topo)
+    state = NodeState.whole([2, 3, 4])
+    # the plain lowest-access-cost choice would be gpu0/gpu1 (PIX) ...
+    assert tree.gpu_access_cost(0) < tree.gpu_access_cost(5)
+    d = place(topo, state, Request(count=1))
+    # ... but Singular keeps the idle PIX pair {0,1} whole and takes gpu5
+    assert d.gpus == (5,)
+    assert "Singular" in d.reason and "sibling is busy" in d.reason
+    assert d.runner_up is not None and d.runner_up.gpus in {(0,), (1,)}
+
+
+def test_experiment1_simple_scheduling() -> None:
+    idle = NodeState()
+    one = place(GAIA4, idle, Request(count=1))
+    assert one.gpus[0] in (2, 3)  # Table I: only gpu2 or gpu3
+    assert one.gpus == (2,)  # ties: lowest index (the paper picks at random)
+    two = place(GAIA4, idle, Request(count=2))
+    assert two.gpus == (2, 3)  # Table I: always gpu2 & gpu3
+    assert "Link" in two.reason
+
+
+def test_experiment2_fragment_scheduling() -> None:
+    state = NodeState()
+    d1 = place(GAIA4, state, Request.fraction(0.5))
+    assert d1.fractional and d1.gpus == (2,) and d1.core_percent == 50
+    state = state.with_allocation(d1)
+    d2 = place(GAIA4, state, Request.fraction(0.4))
+    assert d2.gpus == (2,) and "best fit" in d2.reason  # Table II: 0.4 of gpu2
+    state = state.with_allocation(d2)
+    d3 = place(GAIA4, state, Request.fraction(0.1))
+    assert d3.gpus == (2,)  # Table II: 0.1 of gpu2
+    state = state.with_allocation(d3)
+    assert state.used(2).core_percent == FULL_CORE
+    # gpu2 is full now: the next share starts a new GPU, gpu3 (lowest cost, sibling used)
+    assert place(GAIA4, state, Request.fraction(0.1)).gpus == (3,)
+
+
+def test_experiment3_and_4_after_one_gpu_is_taken() -> None:
+    state = NodeState.whole([2])  # Fig. 8(a)
+    assert place(GAIA4, state, Request(count=1)).gpus == (3,)  # Table III
+    assert place(GAIA4, state, Request(count=2)).gpus == (0, 1)  # Table IV
+
+
+def test_fragment_best_fit_among_partly_used_gpus() -> None:
+    state = NodeState({0: GPUUsage(60, 1000), 1: GPUUsage(30, 1000), 3: GPUUsage(80, 1000)})
+    # remaining core: gpu0 40, gpu1 70, gpu3 20
+    assert place(GAIA4, state, Request.fraction(0.2)).gpus == (3,)  # exact fit
+    d = place(GAIA4, state, Request.fraction(0.25))
+    assert d.gpus == (0,)  # 40 is the smallest remainder >= 25
+    assert d.runner_up is not None and d.runner_up.gpus == (1,)
+    assert place(GAIA4, state, Request.fraction(0.5)).gpus == (1,)
+    # nothing partly used fits 0.8 → the idle GPU with the lowest access cost (gpu2, PIX)
+    d = place(GAIA4, state, Request.fraction(0.8))
+    assert d.gpus == (2,) and "no partly used GPU fits" in d.reason
+
+
+def test_fragment_respects_memory() -> None:
+    state = NodeState({0: GPUUsage(10, P4_MIB - 100), 1: GPUUsage(50, 0)})
+    d = place(GAIA4, state, Request(count=0, core_percent=20, memory_mib=500))
+    assert d.gpus == (1,)  # gpu0 has the better core fit but not the memory
+    with pytest.raises(NoFit, match="MiB free"):
+        place(GAIA4, NodeState(), Request(count=0, core_percent=10, memory_mib=P4_MIB + 1))
+
+
+def test_fragment_never_shares_a_gpu_held_whole() -> None:
+    state = NodeState({0: GPUUsage(FULL_CORE, 0), 1: GPUUsage(FULL_CORE, 0),
+                       2: GPUUsage(FULL_CORE, 0), 3: GPUUsage(FULL_CORE, 0)})
+    with pytest.raises(NoFit):
+        place(GAIA4, state, Request(count=0, memory_mib=100))
+
+
+def test_fragment_idle_fallback_prefers_a_gpu_whose_sibling_is_used() -> None:
+    # dgx1: gpu2,3,6,7 share the lowest access cost (NV2); gpu6 is busy → gpu7
+    state = NodeState.whole([6])
+    assert place(DGX, state, Request.fraction(0.3)).gpus == (7,)
+
+
+# ============================================================================ the tree
+def test_dgx1_tree_shape() -> None:
+    tree = G.access_cost_tree(DGX)
+    root = tree.root
+    assert root.level == PCIeLevel.SYS and root.cost == 5.0
+    quads = [tree.nodes[c] for c in root.children]
+    assert [q.gpus for q in quads] == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert all(q.level == PCIeLevel.NODE and q.nvlinks == 1 and q.cost == 0.5 for q in quads)
+    pairs = [tree.nodes[c] for q in quads for c in q.children]
+    assert [p.gpus for p in pairs] == [(0, 1), (2, 3), (4, 5), (6, 7)]
+    assert [p.label for p in pairs] == ["PIX+NV1", "PIX+NV2", "PIX+NV1", "PIX+NV2"]
+    assert [tree.gpu_access_cost(g) for g in range(8)] == [0.5, 0.5, 0.25, 0.25] * 2
+
+
+def test_pcie_level_sets_are_subtrees_on_dgx1() -> None:
+    """Gaia §III-B: GPUs meeting at or below a PCIe level L form one subtree."""
+    tree = G.access_cost_tree(DGX)
+    node_sets = {n.gpus for n in tree.nodes}
+    for g in range(DGX.size):
+        for level in PCIeLevel:
+            group = tuple(sorted({g} | {h for h in range(DGX.size)
+                                        if h != g and DGX.pcie_level(g, h) <= level}))
+            assert group in node_sets
+
+
+def test_nvlink_is_a_level_below_pix() -> None:
+    """Four GPUs on one PIX switch, NVLink bridges 0-1 and 2-3: two NVLink groups under PIX."""
+    pcie = _levels(4, {}, PCIeLevel.PIX)
+    topo = Topology.build("bridged", _gpus("bridged", 4, [0] * 4), {(0, 1): 1, (2, 3): 4}, pcie)
+    tree = G.access_cost_tree(topo)
+    assert tree.root.label == "PIX" and tree.root.cost == 1.0
+    kids = [tree.nodes[c] for c in tree.root.children]
+    assert [(k.gpus, k.label, k.cost) for k in kids] == [
+        ((0, 1), "PIX+NV1", 0.5), ((2, 3), "PIX+NV4", 0.125)]
+    # Link takes the NV4 pair, Singular on an idle node too (lowest access cost)
+    assert place(topo, NodeState(), Request(count=2)).gpus == (2, 3)
+    assert place(topo, NodeState(), Request(count=1)).gpus == (2,)
+
+
+def test_nvlink_never_breaks_the_pcie_hierarchy() -> None:
+    """DGX-1's cross-socket NV2 link 0-4 does not pull gpu0 out of its socket's subtree."""
+    tree = G.access_cost_tree(DGX)
+    for n in tree.internal_nodes():
+        assert not ({0, 4} <= set(n.gpus)) or n is tree.root
+
+
+def test_single_gpu_machine() -> None:
+    topo = Topology.build("one", _gpus("one", 1, [0]), {}, PCIeLevel.PIX)
+    tree = G.access_cost_tree(topo)
+    assert tree.root.is_leaf and tree.gpu_access_cost(0) == 0.0
+    assert place(topo, NodeState(), Request(count=1)).gpus == (0,)
+    assert place(topo, NodeState(), Request.fraction(0.5)).gpus == (0,)
+    with pytest.raises(NoFit, match="node has 1 GPUs"):
+        place(topo, NodeState(), Request(count=2))
+    assert "gpu0" in tree.render()
+
+
+def test_render_and_json() -> None:
+    tree = G.AccessCostTree.build(DGX)
+    assert tree is G.access_cost_tree(DGX)
+    text = tree.render()
+    assert text.splitlines()[1].startswith("SYS  cost 5")
+    assert "PIX+NV2  cost 0.25  gpus 2-3" in text and "└── gpu7" in text
+    state = NodeState({0: GPUUsage(100, 0), 3: GPUUsage(30, 512)}, frozenset({5}))
+    shown = tree.render(state, ascii_only=True)
+    assert "free 5/8" in shown and "gpu0  cost 0.5  busy" in shown
+    assert "shared 30% core, 512 MiB" in shown and "gpu5  cost 0.5  unhealthy" in shown
+    assert shown.isascii()
+    j = tree.to_json(state)
+    root = j["root"]
+    assert isinstance(root, dict)
+    assert root["level"] == "SYS" and root["free"] == 5 and root["gpus"] == list(range(8))
+    leaf = root["children"][0]["children"][0]["children"][0]
+    assert leaf == {"label": "gpu0", "gpu": 0, "uuid": DGX.gpus[0].uuid, "cost": 0.5,
+                    "status": "busy"}
+    g = tree.to_networkx()
+    assert g.number_of_nodes() == len(tree.nodes) and g.number_of_edges() == len(tree.nodes) - 1
+
+
+# ============================================================================ DGX-1
+def test_dgx1_two_gpus_on_idle_node_get_a_pix_nvlink_pair() -> None:
+    d = place(DGX, NodeState(), Request(count=2))
+    a, b = d.gpus
+    assert DGX.pcie_level(a, b) == PCIeLevel.PIX and DGX.nvlinks(a, b) == 2
+    assert d.gpus == (2, 3) and d.bandwidth_model == "gputopo-v1"
+    assert d.runner_up is not None and d.runner_up.gpus == (6, 7)
+    assert d.effective_bandwidth_gbps > 0
+
+
+def test_dgx1_four_gpus_get_a_quad_and_pattern_maps_in_order() -> None:
+    d = place(DGX, NodeState(), Request(count=4, pattern=ring(4)))
+    assert d.gpus == (0, 1, 2, 3) and d.mapping == (0, 1, 2, 3)
+    assert d.runner_up is not None and d.runner_up.gpus == (4, 5, 6, 7)
+
+
+def test_dgx1_link_prefers_nvlink_pair_inside_a_partly_used_quad() -> None:
+    # free in quad 0: 1, 2 (NV2) and 0; quad 1 is busy except 4 → take the NV2 pair 1-2
+    d = place(DGX, NodeState.whole([3, 5, 6, 7]), Request(count=2))
+    assert d.gpus == (1, 2)
+    assert d.runner_up is not None and d.runner_up.gpus != d.gpus
+
+
+@pytest.mark.parametrize("busy", [(), (0,), (6,), (4, 5), (2,)])
+def test_dgx1_singular_keeps_whole_quads_free(busy: tuple[int, ...]) -> None:
+    """Single-GPU jobs fill one quad before breaking the other, so a 4-GPU job still fits."""
+    state = NodeState.whole(busy)
+    quads = [set(range(4)), set(range(4, 8))]
+    while True:
+        free = set(state.free_gpus(DGX))
+        intact = [q for q in quads if q <= free]
+        if len(free) <= 4:
+            assert intact, f"no whole quad left with {sorted(free)} free"
+            break
+        d = place(DGX, state, Request(count=1))
+        state = state.with_allocation(d)
+        # the GPU came from a quad that was already broken whenever one was
+        broken = [q for q in quads if not q <= free]
+        if broken and any(q & free for q in broken):
+            assert any(d.gpus[0] in q for q in broken)
+    assert place(DGX, state, Request(count=4)).gpus in {(0, 1, 2, 3), (4, 5, 6, 7)}
+
+
+def test_singular_on_dgx1_reasons() -> None:
+    assert "idle node" in place(DGX, NodeState(), Request(count=1)).reason
+    assert "sibling is busy" in place(DGX, NodeState.whole([0]), Request(count=1)).reason
+    d = place(DGX, NodeState.whole([6, 7]), Request(count=1))
+    assert d.gpus == (4,) and "smallest idle subtree" in d.reason
+
+
+def test_sub_algorithms_check_their_request_and_name_the_caller() -> None:
+    with pytest.raises(RequestError):
+        G.singular(DGX, NodeState(), Request(count=2))
+    with pytest.raises(RequestError):
+        G.link(DGX, NodeState(), Request(count=1))
+    with pytest.raises(RequestError):
+        G.fragment(DGX, NodeState(), Request(count=1))
+    d = G.fragment(DGX, NodeState(), Request.fraction(0.5), policy_name="gputopo")
+    assert d.policy == "gputopo"
+    assert G.singular(DGX, NodeState(), Request(count=1), policy_name="x").policy == "x"
+
+
+def test_nofit_reasons() -> None:
+    with pytest.raises(NoFit, match="only 2 of 8 GPUs free"):
+        place(DGX, NodeState.whole(range(6)), Request(count=3))
+    with pytest.raises(NoFit, match="node has 8 GPUs"):
+        place(DGX, NodeState(), Request(count=9))
+    full = NodeState({g: GPUUsage(90, 0) for g in range(8)})
+    with pytest.raises(NoFit, match="Fragment"):
+        place(DGX, full, Request.fraction(0.2))
+
+
+# ============================================================================ invariants
+def _machines() -> st.SearchStrategy[Topology]:
+    return st.one_of(
+        st.sampled_from([DGX, GAIA4, fig5_machine()]), topologies(min_gpus=1, max_gpus=9)
+    )
+
+
+@st.composite
+def scenario(draw: st.DrawFn) -> tuple[Topology, NodeState, Request]:
+    topo = draw(_machines())
+    base = draw(states(topo.size))
+    sick = draw(st.frozensets(st.integers(0, topo.size - 1), max_size=2))
+    state = NodeState(base.usage, sick)
+    if draw(st.booleans()):
+        req = Request(count=0, core_percent=draw(st.integers(1, 99)),
+                      memory_mib=draw(st.sampled_from([0, 0, 512, 4000, 9000])))
+    else:
+        req = Request(count=draw(st.integers(1, topo.size + 1)))
+    return topo, state, req
+
+
+def _share_capacity(topo: Topology, state: NodeState, req: Request) -> bool:
+    return any(
+        state.used(g).core_percent < FULL_CORE and fits_share(topo, state, req, g)
+        for g in range(topo.size)
+    )
+
+
+@settings(max_examples=250, deadline=None)
+@given(scenario())
+def test_invariants(case: tuple[Topology, NodeState, Request]) -> None:
+    topo, state, req = case
+    free = set(state.free_gpus(topo))
+    fits = _share_capacity(topo, state, req) if req.fractional else req.count <= len(free)
+    try:
+        d = place(topo, state, req)
+    except NoFit as exc:
+        assert not fits, f"NoFit although capacity exists: {exc}"
+        assert str(exc)
+        return
+    assert fits
+    if req.fractional:
+        (g,) = d.gpus
+        assert d.fractional and g not in state.unhealthy
+        after = state.with_allocation(d).used(g)
+        assert after.core_percent <= FULL_CORE
+        assert after.memory_mib <= topo.gpus[g].memory_mib
+        if any(not state.used(h).idle and state.used(h).core_percent < FULL_CORE
+               and fits_share(topo, state, req, h) for h in range(topo.size)):
+            assert not state.used(g).idle  # a fitting fragment exists → it is used
+    else:
+        assert len(d.gpus) == req.count == len(set(d.gpus))
+        assert set(d.gpus) <= free  # never busy, shared or unhealthy
+        assert sorted(d.mapping) == list(d.gpus)
+    if d.runner_up is not None:
+        assert d.runner_up.gpus != d.gpus
+        if not req.fractional:
+            assert set(d.runner_up.gpus) <= free
+    # deterministic, also with a freshly built tree
+    assert place(topo, state, req) == d
+    G.access_cost_tree.cache_clear()
+    assert place(topo, state, req) == d
+
+
+@settings(max_examples=100, deadline=None)
+@given(topologies(min_gpus=1, max_gpus=10))
+def test_tree_is_well_formed(topo: Topology) -> None:
+    tree = G.access_cost_tree(topo)
+    leaves = [n.gpu for n in tree.nodes if n.is_leaf]
+    assert sorted(leaves) == list(range(topo.size))
+    for n in tree.nodes:
+        assert n.id == tree.nodes.index(n)
+        if n.is_leaf:
+            parent = tree.parent(n)
+            assert n.cost == (parent.cost if parent else 0.0)
+            continue
+        assert len(n.children) >= 2
+        kids = [tree.nodes[c] for c in n.children]
+        assert sorted(g for k in kids for g in k.gpus) == list(n.gpus)
+        for k in kids:
+            assert k.parent == n.id and k.cost <= n.cost
+        for a, b in itertools.combinations(n.gpus, 2):
+            assert topo.pcie_level(a, b) <= n.level  # type: ignore[operator]
+
+
+@settings(max_examples=60, deadline=None)
+@given(topologies(min_gpus=2, max_gpus=8), st.data())
+def test_link_takes_a_cheapest_subtree(topo: Topology, data: st.DataObject) -> None:
+    """Algorithm 4: no other subtree with enough free GPUs has a lower TotalCost."""
+    state = data.draw(states(topo.size))
+    free = set(state.free_gpus(topo))
+    if len(free) < 2:
+        return
+    m = data.draw(st.integers(2, len(free)))
+    d = place(topo, state, Request(count=m))
+    tree = G.access_cost_tree(topo)
+    best = min(n.cost for n in tree.internal_nodes() if len(free & set(n.gpus)) >= m)
+    assert any(set(d.gpus) <= set(n.gpus) and n.cost == best for n in tree.internal_nodes())
