@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from functools import cached_property
+from typing import cast
 
 import networkx as nx
 
@@ -262,7 +263,7 @@ class Topology:
                     found = pair_value(pcie, i, j)  # type: ignore[arg-type]
                     if found is None:
                         raise TopologyError(f"no PCIe level for GPU pair {i},{j}")
-                    level = PCIeLevel(found)  # type: ignore[call-overload]
+                    level = PCIeLevel(cast(int, found))
                 row.append(Link(count_i, level, nvswitch and count_i > 0))
             rows.append(tuple(row))
         return cls(

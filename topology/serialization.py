@@ -26,8 +26,8 @@ from topology.model import (
     parse_cpu_list,
 )
 
-SCHEMA_VERSION = "gputopo.io/v1"
-SUPPORTED_VERSIONS = (SCHEMA_VERSION,)
+SCHEMA_VERSION: Literal["gputopo.io/v1"] = "gputopo.io/v1"
+SUPPORTED_VERSIONS: tuple[str, ...] = (SCHEMA_VERSION,)
 
 PCIeName = Literal["PIX", "PXB", "PHB", "NODE", "SYS"]
 

@@ -310,7 +310,7 @@ def search(
         for r in rows:
             a = int(idx[r])
             best_rows.append(
-                (float(prim[r, a]), float(sec[r, a]), tuple(sorted(subs[r].tolist())), start + r, a)
+                (float(prim[r, a]), float(sec[r, a]), tuple(sorted(subs[r].tolist())), start + int(r), a)
             )
     # rank subsets: primary desc, secondary desc, GPU tuple asc (rounded to kill float noise)
     best_rows.sort(key=lambda t: (-round(t[0], 9), -round(t[1], 9), t[2]))

@@ -8,6 +8,7 @@ unknown ``--policy`` fails at boot, not on the first pod.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from topology.policies.base import PolicyFn
@@ -43,7 +44,7 @@ _REGISTRY: dict[str, PolicySpec] = {}
 _loaded = False
 
 
-def register(name: str, summary: str) -> object:
+def register(name: str, summary: str) -> Callable[[PolicyFn], PolicyFn]:
     """Decorator: register ``fn`` under ``name``.
 
     Raises:
