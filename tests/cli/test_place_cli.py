@@ -1,0 +1,117 @@
+"""``gputopo place`` and ``gputopo topology``: outputs, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gputopo_cli.main import app
+from topology import catalog, serialization
+
+runner = CliRunner()
+
+
+def run(*args: str):  # type: ignore[no-untyped-def]
+    return runner.invoke(app, list(args))
+
+
+def test_place_json_has_the_documented_keys() -> None:
+    r = run("place", "--topology", "dgx1-v100", "--gpus", "4", "--pattern", "ring",
+            "--output", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    for key in ("gpus", "uuids", "aggregated_bandwidth_gbps", "effective_bandwidth_gbps",
+                "preserved_bandwidth_gbps", "cpu_affinity", "numa_nodes", "policy"):
+        assert key in doc
+    assert doc["policy"] == "gputopo" and len(doc["gpus"]) == 4
+    assert doc["cpu_affinity"] in ("0-19,40-59", "20-39,60-79")
+
+
+def test_place_worked_example_with_used_gpus() -> None:
+    r = run("place", "-t", "dgx1-v100", "-n", "3", "--used", "2,3,5,6,7", "--policy",
+            "mapa-greedy", "-o", "json")
+    doc = json.loads(r.stdout)
+    assert doc["gpus"] == [0, 1, 4] and doc["aggregated_bandwidth_gbps"] == 87.0
+
+
+def test_place_fraction_uses_partly_used_gpu() -> None:
+    r = run("place", "-t", "dgx1-v100", "-n", "0.3", "--used", "0:0.5,1:0.7", "-o", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["fractional"] and doc["core_percent"] == 30
+    assert doc["gpus"] == [1]  # best fit: 30 % left on GPU 1
+
+
+def test_place_table_output_explains() -> None:
+    r = run("place", "-t", "dgx1-v100", "-n", "2", "--bandwidth-insensitive")
+    assert r.exit_code == 0
+    assert "preserved bandwidth" in r.stdout and "runner-up" in r.stdout and "why" in r.stdout
+
+
+def test_place_from_annotation_json_file(tmp_path: Path) -> None:
+    f = tmp_path / "node.json"
+    f.write_text(serialization.dumps(catalog.get("dgx-a100")))
+    r = run("place", "-t", str(f), "-n", "8", "-o", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["gpus"] == list(range(8))
+
+
+def test_cannot_fit_exits_1_with_reason() -> None:
+    r = run("place", "-t", "dgx1-v100", "-n", "4", "--used", "0,1,2,3,4,5")
+    assert r.exit_code == 1
+    assert "cannot place" in r.stderr and "2 of 8 GPUs free" in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-t", "nope-9000", "-n", "2"], "unknown catalog machine"),
+        (["-t", "dgx1-v100", "-n", "2", "--pattern", "star"], "bad pattern"),
+        (["-t", "dgx1-v100", "-n", "2", "--pattern", "0-1,1-2"], "only 2"),
+        (["-t", "dgx1-v100", "-n", "2", "--used", "9"], "GPUs 0..7"),
+        (["-t", "dgx1-v100", "-n", "2", "--used", "x"], "bad --used"),
+        (["-t", "dgx1-v100", "-n", "2.5"], "integer or a fraction"),
+        (["-t", "dgx1-v100", "-n", "2", "--policy", "fastest"], "unknown policy"),
+        (["-t", "dgx1-v100", "-n", "2", "-o", "xml"], "--output"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
+    r = run("place", *args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+def test_not_an_nvidia_smi_file_exits_2(tmp_path: Path) -> None:
+    f = tmp_path / "garbage.txt"
+    f.write_text("hello\nthis is not a topology\n")
+    r = run("place", "-t", str(f), "-n", "1")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_topology_show_json_is_exactly_the_annotation() -> None:
+    r = run("topology", "show", "dgx1-v100", "--output", "json")
+    assert r.exit_code == 0
+    assert r.stdout.strip() == serialization.dumps(catalog.get("dgx1-v100"))
+
+
+def test_topology_show_table_has_matrix_and_tree() -> None:
+    r = run("topology", "show", "dgx1-v100")
+    assert r.exit_code == 0, r.output
+    assert "NV2" in r.stdout and "access-cost tree" in r.stdout
+
+
+def test_topology_list_and_schema() -> None:
+    r = run("topology", "list")
+    assert all(name in r.stdout for name in catalog.names())
+    s = json.loads(run("topology", "schema").stdout)
+    assert s["properties"]["schemaVersion"]["const"] == "gputopo.io/v1"
+
+
+def test_help_everywhere() -> None:
+    for args in (["--help"], ["place", "--help"], ["topology", "--help"],
+                 ["topology", "show", "--help"]):
+        assert run(*args).exit_code == 0
