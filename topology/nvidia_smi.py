@@ -13,8 +13,8 @@ What the parser accepts (any driver generation we know of):
   ``NUMA Affinity`` and ``GPU NUMA ID`` columns (unknown trailing columns are skipped);
 * one row per device; NIC rows and NIC columns are checked for shape and tokens, then
   ignored (the model only holds GPUs);
-* cells ``X`` (diagonal only), ``NV#``, ``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS`` and the
-  old ``SOC`` (read as ``SYS``);
+* cells ``X`` (diagonal only; ``x`` too), ``NV#``, ``PIX``, ``PXB``, ``PHB``, ``NODE``,
+  ``SYS`` and the old ``SOC`` (read as ``SYS``);
 * tabs or runs of spaces between cells, Windows line ends, ANSI colour codes, text before
   the header (a shell prompt) and everything after the matrix (the ``Legend:`` and
   ``NIC Legend:`` blocks).
@@ -111,7 +111,7 @@ def _clean_lines(text: str) -> list[str]:
 
 
 def _is_header(tokens: list[str]) -> bool:
-    return bool(tokens) and tokens[0] == "GPU0" and "X" not in tokens
+    return bool(tokens) and tokens[0] == "GPU0" and not any(t.upper() == "X" for t in tokens)
 
 
 def is_topo_matrix(text: str) -> bool:
@@ -166,9 +166,11 @@ def _parse_header(tokens: list[str], line: int) -> _Header:
 
 def _check_cell(token: str, line: int, row: str, column: str) -> str:
     """Normalise one matrix cell (SOC → SYS) or raise on an unknown token."""
-    if token == "X" or _NV.match(token):
+    if _NV.match(token):
         return token
     upper = token.upper()
+    if upper == "X":
+        return "X"
     if upper in _PCIE_TOKENS:
         return "SYS" if upper == "SOC" else upper
     raise _error(
