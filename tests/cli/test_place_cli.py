@@ -68,7 +68,7 @@ def test_cannot_fit_exits_1_with_reason() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-t", "nope-9000", "-n", "2"], "unknown catalog machine"),
+        (["-t", "nope-9000", "-n", "2"], "not a catalog machine"),
         (["-t", "dgx1-v100", "-n", "2", "--pattern", "star"], "bad pattern"),
         (["-t", "dgx1-v100", "-n", "2", "--pattern", "0-1,1-2"], "only 2"),
         (["-t", "dgx1-v100", "-n", "2", "--used", "9"], "GPUs 0..7"),

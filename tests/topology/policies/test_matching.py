@@ -66,9 +66,7 @@ def test_search_is_optimal_on_random_topologies(topo: Topology, data: st.DataObj
 
 
 def test_pruned_search_on_16_gpus_is_labelled_and_valid() -> None:
-    topo = catalog.get("mapa-torus-16") if "mapa-torus-16" in catalog.names() else None
-    if topo is None:
-        pytest.skip("catalog has no mapa-torus-16 yet")
+    topo = catalog.get("mapa-torus-16")
     r = search(topo, list(range(16)), ring(8), "effbw-gputopo")
     assert not r.exact
     assert len(set(r.best.mapping)) == 8
