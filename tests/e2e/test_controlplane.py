@@ -7,6 +7,7 @@ toolchain, or the build failed); any failure after that fails the test.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s_client
@@ -37,6 +38,19 @@ def binaries() -> Binaries:
         pytest.skip(f"control-plane binaries unavailable: {exc}")
 
 
+def _as_dict(obj: object) -> dict[str, Any]:
+    """An API object as the JSON dict the server sent (camelCase keys)."""
+    data: dict[str, Any] = k8s_client.ApiClient().sanitize_for_serialization(obj)
+    return data
+
+
+def _condition(obj: dict[str, Any], kind: str) -> str | None:
+    for cond in obj.get("status", {}).get("conditions") or []:
+        if cond.get("type") == kind:
+            return str(cond.get("status"))
+    return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -52,16 +66,18 @@ def test_default_scheduler_binds_cpu_pod_and_kwok_runs_it(binaries: Binaries) ->
         cp.start_kwok()
         cp.start_scheduler(DEFAULT_SCHEDULER_CONFIG)
         cp.create_default_serviceaccount(NAMESPACE)
-        node = cp.add_kwok_node(
-            NODE,
-            capacity={"cpu": 32, "memory": "256Gi", "nvidia.com/gpu": 8},
-            annotations={"gputopo.io/test": "controlplane"},
-            labels={"gputopo.io/gpu-model": "fake"},
+        node = _as_dict(
+            cp.add_kwok_node(
+                NODE,
+                capacity={"cpu": 32, "memory": "256Gi", "nvidia.com/gpu": 8},
+                annotations={"gputopo.io/test": "controlplane"},
+                labels={"gputopo.io/gpu-model": "fake"},
+            )
         )
-        assert not node.spec.taints, f"node must be taint-free, got {node.spec.taints}"
-        assert node.status.allocatable["nvidia.com/gpu"] == "8"
-        assert node.metadata.annotations["kwok.x-k8s.io/node"] == "fake"
-        assert node.metadata.labels["gputopo.io/gpu-model"] == "fake"
+        assert not node["spec"].get("taints"), f"node must be taint-free: {node['spec']}"
+        assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        assert node["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+        assert node["metadata"]["labels"]["gputopo.io/gpu-model"] == "fake"
 
         core = cp.core_v1()
         pod = k8s_client.V1Pod(
@@ -80,22 +96,27 @@ def test_default_scheduler_binds_cpu_pod_and_kwok_runs_it(binaries: Binaries) ->
         )
         core.create_namespaced_pod(NAMESPACE, pod)
 
-        def running() -> k8s_client.V1Pod | None:
-            p = core.read_namespaced_pod("cpu-only", NAMESPACE)
-            return p if p.spec.node_name and p.status.phase == "Running" else None
+        def running() -> dict[str, Any] | None:
+            p = _as_dict(core.read_namespaced_pod("cpu-only", NAMESPACE))
+            bound = p["spec"].get("nodeName")
+            return p if bound and p["status"].get("phase") == "Running" else None
 
         live = wait_until(running, WAIT_S, "pod cpu-only to be bound and Running")
-        assert live.spec.node_name == NODE
-        assert live.spec.scheduler_name == "default-scheduler"
-        assert live.status.pod_ip, "kwok should assign a pod IP"
-        events = core.list_namespaced_event(
-            NAMESPACE, field_selector="involvedObject.name=cpu-only"
-        )
-        assert any(e.reason == "Scheduled" for e in events.items)
+        assert live["spec"]["nodeName"] == NODE
+        assert live["spec"]["schedulerName"] == "default-scheduler"
+        assert _condition(live, "PodScheduled") == "True"
+        assert live["status"].get("podIP"), "kwok should assign a pod IP"
+
+        def scheduled_event() -> bool:
+            events = core.list_namespaced_event(
+                NAMESPACE, field_selector="involvedObject.name=cpu-only"
+            )
+            return any(e.reason == "Scheduled" for e in events.items)
+
+        wait_until(scheduled_event, WAIT_S, "the scheduler's Scheduled event")
 
         # kwok keeps its node Ready.
-        ready = [c for c in core.read_node(NODE).status.conditions if c.type == "Ready"]
-        assert ready and ready[0].status == "True"
+        assert _condition(_as_dict(core.read_node(NODE)), "Ready") == "True"
 
         core.delete_namespaced_pod("cpu-only", NAMESPACE)
 
