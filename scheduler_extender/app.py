@@ -1,0 +1,99 @@
+"""The extender's FastAPI application: :func:`create_app`.
+
+Routes: ``POST /filter``, ``POST /prioritize``, ``POST /bind`` (kube-scheduler's extender
+verbs), ``GET /healthz``, ``GET /readyz``, ``GET /metrics``. Every error reply is JSON with
+one ``Error`` line — a malformed body is 400 (FastAPI's 422 is replaced), an unknown verb 404,
+a wrong method 405, anything unexpected 500 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from scheduler_extender.extender import Extender
+from scheduler_extender.metrics import Metrics
+from scheduler_extender.routes import binding, health, metrics, scheduling
+from scheduler_extender.routes.deps import Runtime, json_response
+from scheduler_extender.settings import ExtenderSettings
+from scheduler_extender.state import ClusterState
+
+log = logging.getLogger("gputopo.extender")
+
+SERVED = "POST /filter, /prioritize, /bind; GET /healthz, /readyz, /metrics"
+_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "invalid request body"
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx") or {}
+        return f"malformed JSON body: {ctx.get('error', first.get('msg', 'invalid JSON'))}"
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    where = ".".join(loc) or "body"
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"invalid request body at {where}: {first.get('msg', 'invalid')}{more}"
+
+
+def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
+    """Build the extender app over ``state`` with ``settings.policy`` as default policy.
+
+    Args:
+        settings: resolved settings (only ``policy`` is read here; host, port and TLS belong
+            to the server).
+        state: the cluster state backend (:class:`MemoryState`, :class:`KubernetesState`).
+
+    Returns:
+        The app; ``app.state.runtime.extender`` is the :class:`Extender` (tests, the demo).
+
+    Raises:
+        UnknownPolicy: ``settings.policy`` is not registered.
+    """
+    app = FastAPI(
+        title="gputopo scheduler extender",
+        summary="Topology-aware GPU placement for kube-scheduler (filter, prioritize, bind).",
+        version="1",
+    )
+    rt = Runtime(extender=Extender(state, settings.policy, None), metrics=Metrics())
+    rt.extender.metrics = rt.metrics
+    app.state.runtime = rt
+    app.state.settings = settings
+    for r in (scheduling.router, binding.router, health.router, metrics.router):
+        app.include_router(r)
+
+    def count_bad(request: Request, outcome: str) -> None:
+        verb = _VERBS.get(request.url.path)
+        if verb is not None:
+            rt.metrics.requests.labels(verb=verb, outcome=outcome).inc()
+
+    @app.exception_handler(RequestValidationError)
+    async def _bad_body(request: Request, exc: RequestValidationError) -> Response:
+        count_bad(request, "bad_request")
+        message = " ".join(_describe_validation(exc).split())
+        return json_response({"Error": message}, status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            verb = request.url.path.strip("/") or "/"
+            message = f"unknown verb {verb!r}; this extender serves {SERVED}"
+        elif exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}; see {SERVED}"
+        else:
+            message = str(exc.detail)
+        return json_response({"Error": message}, status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> Response:
+        log.exception("internal error on %s", request.url.path)
+        count_bad(request, "internal_error")
+        text = " ".join(f"{type(exc).__name__}: {exc}".split())
+        return json_response({"Error": f"internal error: {text}"}, status_code=500)
+
+    return app

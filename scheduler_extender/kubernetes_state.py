@@ -1,0 +1,543 @@
+"""Cluster state from the Kubernetes API — the only module that talks to it.
+
+:class:`KubernetesState` lists and watches Nodes (for their ``gputopo.io/topology``
+annotation) and Pods in every namespace (non-terminated ones; those carrying gputopo's output
+annotations are allocations, keyed by pod UID). Everything is rebuilt from annotations at
+start, so an extender restart loses nothing.
+
+Bind (:meth:`KubernetesState.bind`) patches the pod's annotations, then creates the
+``pods/binding`` subresource. The allocation bind reserved beforehand stays *in flight* until
+the watch delivers the pod with its annotations (confirmed) or the pod disappears; a relist
+keeps in-flight reservations younger than the list. A pod that terminates or is deleted frees
+its GPUs. A watch that fails with 410 Gone is restarted from a fresh list.
+
+The API surface used is the small :class:`KubeAPI` protocol; :class:`OfficialKubeAPI`
+implements it with the official ``kubernetes`` client (raw JSON dicts, no model
+deserialisation — ``_preload_content=False`` everywhere, which also avoids the client's known
+deserialisation bug on the Binding reply). Tests pass a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from scheduler_extender.contract import (
+    ANN_TOPOLOGY,
+    OUTPUT_ANNOTATIONS,
+    AssignmentError,
+    assignment_annotations,
+    has_assignment,
+    parse_assignment,
+)
+from scheduler_extender.state import (
+    Allocation,
+    AllocationBook,
+    BindError,
+    NodeTopologyError,
+    NodeView,
+    PodRef,
+    TopologyCache,
+)
+from topology.model import Topology
+from topology.policies.base import Decision, NodeState
+
+log = logging.getLogger("gputopo.extender.kubernetes")
+
+TERMINATED_PHASES = ("Succeeded", "Failed")
+#: Field selector of the pod list/watch: only pods that may hold GPUs.
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class ApiError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0 = no response)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WatchExpired(ApiError):
+    """The watch's resourceVersion is too old (HTTP 410 Gone): relist."""
+
+
+class KubeAPI(Protocol):
+    """The API calls the state needs (objects are JSON dicts with the API's camelCase keys)."""
+
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        """All Nodes and the list's resourceVersion."""
+        ...
+
+    def watch_nodes(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Watch events ``{"type", "object"}`` from ``resource_version``; ends on timeout.
+
+        Raises:
+            WatchExpired: 410 Gone.
+            ApiError: any other failure.
+        """
+        ...
+
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        """Non-terminated Pods in all namespaces and the list's resourceVersion."""
+        ...
+
+    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Like :meth:`watch_nodes`, for non-terminated Pods in all namespaces."""
+        ...
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One Pod, or None when it does not exist."""
+        ...
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], uid: str
+    ) -> None:
+        """Merge-patch the pod's annotations (None deletes a key); ``uid`` (if set) must match.
+
+        Raises:
+            ApiError: the patch failed.
+        """
+        ...
+
+    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's ``pods/binding`` subresource targeting ``node``.
+
+        Raises:
+            ApiError: the binding failed (e.g. the pod is already bound, or UID mismatch).
+        """
+        ...
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+class KubernetesState:
+    """Cluster state kept in sync with the API by list + watch (thread-safe).
+
+    Args:
+        api: the API (default: :class:`OfficialKubeAPI` from ``kubeconfig`` or in-cluster).
+        kubeconfig: kubeconfig path; None = in-cluster service account.
+        watch_timeout_s: server-side timeout of each watch call (it is then re-opened).
+        reservation_grace_s: a relist keeps in-flight reservations younger than this even if
+            the listed pod does not carry annotations yet.
+
+    Call :meth:`start` (initial list, then watcher threads) and :meth:`stop`.
+
+    Raises:
+        ApiError: ``api`` is None and no client configuration can be loaded.
+    """
+
+    def __init__(
+        self, api: KubeAPI | None = None, *, kubeconfig: str | Path | None = None,
+        watch_timeout_s: int = 300, reservation_grace_s: float = 60.0,
+    ) -> None:  # fmt: skip
+        self.api: KubeAPI = api if api is not None else OfficialKubeAPI.from_config(kubeconfig)
+        self.book = AllocationBook()
+        self.topologies = TopologyCache()
+        self.watch_timeout_s = watch_timeout_s
+        self.reservation_grace_s = reservation_grace_s
+        self._lock = threading.RLock()
+        self._node_ann: dict[str, str | None] = {}
+        self._views: dict[str, NodeView] = {}
+        self._uid_by_name: dict[str, str] = {}
+        self._name_by_uid: dict[str, str] = {}
+        self._synced = {"nodes": False, "pods": False}
+        self._rv = {"nodes": "", "pods": ""}
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """List nodes and pods (rebuild), then watch both in daemon threads.
+
+        Raises:
+            ApiError: the initial list failed.
+        """
+        self.resync_nodes()
+        self.resync_pods()
+        for kind in ("nodes", "pods"):
+            t = threading.Thread(target=self._watch_loop, args=(kind,), daemon=True,
+                                 name=f"gputopo-watch-{kind}")
+            t.start()
+            self._threads.append(t)
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop the watcher threads (they exit at their next event or timeout)."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    def ready(self) -> bool:
+        """True once nodes and pods have been listed."""
+        return self._synced["nodes"] and self._synced["pods"]
+
+    def _watch_loop(self, kind: str) -> None:
+        backoff = 0.5
+        watch = self.api.watch_nodes if kind == "nodes" else self.api.watch_pods
+        apply = self.apply_node_event if kind == "nodes" else self.apply_pod_event
+        resync = self.resync_nodes if kind == "nodes" else self.resync_pods
+        while not self._stop.is_set():
+            try:
+                for event in watch(self._rv[kind], self.watch_timeout_s):
+                    if self._stop.is_set():
+                        return
+                    self._note_rv(kind, event)
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        apply(event["type"], event["object"])
+                backoff = 0.5
+            except WatchExpired:
+                log.info("%s watch expired (410 Gone); relisting", kind)
+                self._safe_resync(resync, kind)
+            except Exception as exc:  # noqa: BLE001 - keep watching whatever happens
+                log.warning("%s watch failed: %s; retrying in %.1fs", kind, exc, backoff)
+                if self._stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 10.0)
+                self._safe_resync(resync, kind)
+
+    def _safe_resync(self, resync: Any, kind: str) -> None:
+        try:
+            resync()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s relist failed: %s", kind, exc)
+
+    def _note_rv(self, kind: str, event: Mapping[str, Any]) -> None:
+        obj = event.get("object")
+        if isinstance(obj, Mapping):
+            rv = _meta(obj).get("resourceVersion")
+            if isinstance(rv, str) and rv:
+                self._rv[kind] = rv
+
+    # ------------------------------------------------------------------ nodes
+    def resync_nodes(self) -> None:
+        """Replace the node view with a fresh list.
+
+        Raises:
+            ApiError: the list failed.
+        """
+        items, rv = self.api.list_nodes()
+        with self._lock:
+            self._node_ann.clear()
+            self._views.clear()
+            for node in items:
+                self._store_node(node)
+            self._rv["nodes"] = rv
+            self._synced["nodes"] = True
+
+    def _store_node(self, node: Mapping[str, Any]) -> None:
+        meta = _meta(node)
+        name = meta.get("name")
+        if not isinstance(name, str):
+            return
+        ann = meta.get("annotations") or {}
+        text = ann.get(ANN_TOPOLOGY) if isinstance(ann, Mapping) else None
+        self._node_ann[name] = text if isinstance(text, str) else None
+        self._views.pop(name, None)
+
+    def apply_node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+        """Apply one Node watch event (``ADDED`` / ``MODIFIED`` / ``DELETED``)."""
+        with self._lock:
+            if kind == "DELETED":
+                name = _meta(node).get("name")
+                self._node_ann.pop(str(name), None)
+                self._views.pop(str(name), None)
+            else:
+                self._store_node(node)
+
+    def node_topology(self, name: str) -> Topology | NodeTopologyError:
+        """The node's topology from its annotation, or why there is none."""
+        if name not in self._node_ann:
+            return NodeTopologyError("node is unknown to the extender (no Node object seen)")
+        text = self._node_ann[name]
+        if text is None:
+            return NodeTopologyError("node has no gputopo.io/topology annotation")
+        return self.topologies.get(text)
+
+    def node_state(self, name: str) -> NodeState:
+        """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
+        return self.book.state(name)[0]
+
+    def node_view(self, name: str) -> NodeView:
+        """Topology and state of ``name`` (cached until either changes)."""
+        state, key = self.book.state(name)
+        view = self._views.get(name)
+        if view is not None and view.state is state:
+            return view
+        view = NodeView(name, self.node_topology(name), state, key)
+        self._views[name] = view
+        return view
+
+    # ------------------------------------------------------------------ pods
+    def resync_pods(self) -> None:
+        """Rebuild every confirmed allocation from a fresh pod list; keep young in-flight
+        reservations.
+
+        Raises:
+            ApiError: the list failed.
+        """
+        started = time.monotonic()
+        items, rv = self.api.list_pods()
+        with self._lock, self.book.lock:
+            keep = [
+                a for a in self.book.all()
+                if not a.confirmed and started - a.created < self.reservation_grace_s
+            ]  # fmt: skip
+            self.book.clear()
+            self._uid_by_name.clear()
+            self._name_by_uid.clear()
+            for pod in items:
+                self.apply_pod_event("ADDED", pod)
+            for a in keep:
+                if self.book.get(a.pod.key) is None:
+                    self.book.add(a, None, check=False)
+            self._rv["pods"] = rv
+            self._synced["pods"] = True
+
+    def apply_pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """Apply one Pod watch event: annotations → allocation; terminated/deleted → freed."""
+        meta = _meta(pod)
+        uid, ns, name = meta.get("uid"), meta.get("namespace") or "default", meta.get("name")
+        if not isinstance(uid, str) or not uid or not isinstance(name, str):
+            return
+        status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        key = f"{ns}/{name}"
+        with self._lock:
+            if kind == "DELETED" or phase in TERMINATED_PHASES:
+                if self._uid_by_name.get(key) == uid:
+                    self._uid_by_name.pop(key, None)
+                self._name_by_uid.pop(uid, None)
+                self.book.remove(uid)
+                return
+            self._uid_by_name[key] = uid
+            self._name_by_uid[uid] = key
+            ann = meta.get("annotations")
+            if not has_assignment(ann if isinstance(ann, Mapping) else None):
+                held = self.book.get(uid)
+                if held is not None and held.confirmed:  # annotations removed: freed
+                    self.book.remove(uid)
+                return  # an unconfirmed reservation stays: bind is in flight
+            try:
+                assignment = parse_assignment(ann)  # type: ignore[arg-type]
+            except AssignmentError as exc:
+                log.warning("pod %s has unreadable gputopo annotations: %s", key, exc)
+                return
+            spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+            node = (spec or {}).get("nodeName") or assignment.node
+            ref = PodRef(str(ns), name, uid)
+            self.book.add(Allocation.from_assignment(ref, str(node), assignment), None,
+                          check=False)
+
+    def reserve(self, pod_key: str, node: str, decision: Decision, *, pod: PodRef) -> None:
+        """Record ``decision`` in flight (see :meth:`ClusterState.reserve`).
+
+        Raises:
+            ReservationConflict: a GPU or share is already taken.
+        """
+        topo = self.node_topology(node)
+        ref = pod if pod.key == pod_key else PodRef(pod.namespace, pod.name, pod_key)
+        self.book.add(
+            Allocation.from_decision(ref, node, decision, confirmed=False),
+            topo if isinstance(topo, Topology) else None,
+        )
+
+    def release(self, pod_key: str) -> None:
+        """Drop the allocation of ``pod_key``."""
+        self.book.remove(pod_key)
+
+    def bind(self, pod: PodRef, node: str, decision: Decision | None) -> None:
+        """Annotate the pod (when ``decision``), then create its Binding.
+
+        Raises:
+            BindError: a call failed; the annotations are removed again (best effort).
+        """
+        if decision is not None:
+            ann = assignment_annotations(decision, node)
+            try:
+                self.api.patch_pod_annotations(pod.namespace, pod.name, ann, pod.uid)
+            except ApiError as exc:
+                raise BindError(f"cannot annotate pod {pod}: {exc}") from None
+        try:
+            self.api.create_binding(pod.namespace, pod.name, pod.uid, node)
+        except ApiError as exc:
+            if decision is not None:
+                try:
+                    self.api.patch_pod_annotations(
+                        pod.namespace, pod.name, dict.fromkeys(OUTPUT_ANNOTATIONS), pod.uid
+                    )
+                except ApiError as exc2:
+                    log.warning("could not remove the annotations of %s: %s", pod, exc2)
+            raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
+
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """UID of a live pod seen by the watch, else None."""
+        return self._uid_by_name.get(f"{namespace}/{name}")
+
+    def fetch_pod(self, namespace: str, name: str) -> Mapping[str, object] | None:
+        """GET the pod (bind without a preceding filter call); None if absent or on error."""
+        try:
+            return self.api.get_pod(namespace, name)
+        except ApiError as exc:
+            log.warning("cannot fetch pod %s/%s: %s", namespace, name, exc)
+            return None
+
+    def allocations(self) -> list[Allocation]:
+        """Every allocation and in-flight reservation (snapshot)."""
+        return self.book.all()
+
+    def allocation(self, pod_key: str) -> Allocation | None:
+        """The allocation of ``pod_key`` (a pod UID), if any."""
+        return self.book.get(pod_key)
+
+
+# ---------------------------------------------------------------------- official client
+def _api_error(exc: Exception) -> ApiError:
+    status = int(getattr(exc, "status", 0) or 0)
+    reason = getattr(exc, "reason", "") or type(exc).__name__
+    body = getattr(exc, "body", None)
+    detail = ""
+    if body:
+        try:
+            detail = json.loads(body).get("message", "")
+        except (ValueError, AttributeError, TypeError):
+            detail = str(body)[:200]
+    text = f"{status} {reason}" + (f": {detail}" if detail else "") if status else str(exc)
+    cls = WatchExpired if status == 410 else ApiError
+    return cls(" ".join(text.split()), status)
+
+
+class OfficialKubeAPI:
+    """:class:`KubeAPI` over the official client's ``CoreV1Api`` (raw JSON, no models)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+
+    @classmethod
+    def from_config(cls, kubeconfig: str | Path | None = None) -> OfficialKubeAPI:
+        """Client from a kubeconfig file, or the in-cluster service account when None.
+
+        Raises:
+            ApiError: no usable configuration.
+        """
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        try:
+            if kubeconfig is not None:
+                api_client = config.new_client_from_config(config_file=str(kubeconfig))
+            else:
+                cfg = client.Configuration()
+                config.load_incluster_config(client_configuration=cfg)
+                api_client = client.ApiClient(cfg)
+        except (ConfigException, OSError) as exc:
+            where = f"kubeconfig {str(kubeconfig)!r}" if kubeconfig else "in-cluster config"
+            raise ApiError(
+                f"cannot load {where}: {exc}"
+                + ("" if kubeconfig else " (outside a cluster pass --kubeconfig)")
+            ) from None
+        return cls(client.CoreV1Api(api_client))
+
+    def _list(self, fn: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+        from kubernetes.client.exceptions import ApiException
+
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        rv = ""
+        try:
+            while True:
+                extra = {"_continue": cont} if cont else {}
+                resp = fn(limit=500, _preload_content=False, **kwargs, **extra)
+                data = json.loads(resp.data)
+                items.extend(data.get("items") or [])
+                meta = data.get("metadata") or {}
+                rv = meta.get("resourceVersion") or rv
+                cont = meta.get("continue")
+                if not cont:
+                    return items, rv
+        except ApiException as exc:
+            raise _api_error(exc) from None
+
+    def _watch(
+        self, fn: Any, resource_version: str, timeout_s: int, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        def raw(**kw: Any) -> Any:  # no return annotation: Watch yields raw dicts
+            return fn(**kw)
+
+        w = watch.Watch()
+        try:
+            for event in w.stream(
+                raw, resource_version=resource_version or None, timeout_seconds=timeout_s,
+                allow_watch_bookmarks=True, _request_timeout=(10, timeout_s + 30), **kwargs,
+            ):  # fmt: skip
+                if isinstance(event, dict):
+                    obj = event.get("raw_object", event.get("object"))
+                    yield {"type": event.get("type"), "object": obj}
+        except ApiException as exc:
+            raise _api_error(exc) from None
+        finally:
+            w.stop()
+
+    def list_nodes(self) -> tuple[list[dict[str, Any]], str]:
+        return self._list(self.core.list_node)
+
+    def watch_nodes(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self._watch(self.core.list_node, resource_version, timeout_s)
+
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        return self._list(self.core.list_pod_for_all_namespaces, field_selector=POD_FIELD_SELECTOR)
+
+    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        return self._watch(
+            self.core.list_pod_for_all_namespaces, resource_version, timeout_s,
+            field_selector=POD_FIELD_SELECTOR,
+        )  # fmt: skip
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            return json.loads(resp.data)  # type: ignore[no-any-return]
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise _api_error(exc) from None
+
+    def patch_pod_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None], uid: str
+    ) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta: dict[str, Any] = {"annotations": dict(annotations)}
+        if uid:
+            meta["uid"] = uid  # uid is immutable: a mismatch fails the patch (a precondition)
+        try:
+            self.core.patch_namespaced_pod(
+                name, namespace, {"metadata": meta},
+                _content_type="application/merge-patch+json", _preload_content=False,
+            )  # fmt: skip
+        except ApiException as exc:
+            raise _api_error(exc) from None
+
+    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            target=client.V1ObjectReference(kind="Node", name=node, api_version="v1"),
+        )
+        try:
+            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        except ApiException as exc:
+            raise _api_error(exc) from None

@@ -1,0 +1,45 @@
+"""Prometheus metrics of one extender instance (its own registry, so several apps — tests,
+the demo's two extenders — never collide on metric names)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+#: Latency buckets, seconds (filter over 1,000 nodes should stay well under 50 ms).
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """Counters and histograms exposed on ``GET /metrics``.
+
+    Attributes:
+        requests: ``gputopo_extender_requests_total{verb, outcome}`` — outcome ``ok``,
+            ``error`` (an ``Error`` in the reply) or ``bad_request`` (HTTP 4xx).
+        latency: ``gputopo_extender_request_seconds{verb}``.
+        bind_errors: ``gputopo_extender_bind_errors_total{reason}``.
+        decisions: ``gputopo_extender_decisions_total{policy}`` — successful binds.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "gputopo_extender_requests_total", "Extender requests by verb and outcome.",
+            ["verb", "outcome"], registry=self.registry,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "gputopo_extender_request_seconds", "Extender request latency, seconds.",
+            ["verb"], buckets=_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+        self.bind_errors = Counter(
+            "gputopo_extender_bind_errors_total", "Failed binds by reason.",
+            ["reason"], registry=self.registry,
+        )  # fmt: skip
+        self.decisions = Counter(
+            "gputopo_extender_decisions_total", "Pods bound, by the policy that decided.",
+            ["policy"], registry=self.registry,
+        )  # fmt: skip
+
+    def render(self) -> tuple[bytes, str]:
+        """The exposition text and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

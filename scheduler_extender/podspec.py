@@ -1,0 +1,250 @@
+"""Turn a ``v1.Pod`` (as a JSON dict) into a placement :class:`Request` — pure, no I/O.
+
+Resources (names from :mod:`scheduler_extender.contract`):
+
+* ``nvidia.com/gpu`` — whole GPUs.
+* ``gputopo.io/vgpu-core`` — percent of one GPU's compute (1–100).
+* ``gputopo.io/vgpu-memory`` — GPU memory, MiB.
+
+Per container the *limit* wins over the request (extended resources must have equal request
+and limit; when only one is set that one counts). The pod's demand is the larger of the sum
+over regular containers (plus restartable "sidecar" init containers, which run alongside) and
+the largest single init container (plus the sidecars started before it) — the kubelet's
+effective-request rule.
+
+Quantities must be plain non-negative integers: ``"2"`` (or a JSON integer); ``"500Mi"``,
+``"0.5"`` and ``"1k"`` are rejected with a message naming the resource and the container.
+
+Annotations (all optional):
+
+* ``gputopo.io/pattern`` — ``ring`` / ``tree`` / ``all-to-all`` / ``pair`` or an edge list
+  (:func:`topology.patterns.parse_pattern`); default all-to-all.
+* ``gputopo.io/bandwidth-sensitive`` — ``true`` / ``false`` (any case); default: true for
+  multi-GPU pods.
+* ``gputopo.io/policy`` — a registered policy name; default: the extender's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler_extender.contract import (
+    ANN_BW_SENSITIVE,
+    ANN_PATTERN,
+    ANN_POLICY,
+    RESOURCE_GPU,
+    RESOURCE_VGPU_CORE,
+    RESOURCE_VGPU_MEMORY,
+)
+from topology.patterns import PatternError, parse_pattern
+from topology.policies.base import FULL_CORE, Request, RequestError
+from topology.policies.registry import UnknownPolicy, get_policy
+
+_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
+
+
+class PodSpecError(ValueError):
+    """The pod's gputopo resources or annotations are invalid; ``str(exc)`` says why."""
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """What the extender needs to know about a pod.
+
+    Attributes:
+        request: the placement request.
+        policy: the policy named by ``gputopo.io/policy`` (validated), or None for the
+            extender's default.
+    """
+
+    request: Request
+    policy: str | None = None
+
+
+def _quantity(value: object, resource: str, where: str) -> int:
+    if isinstance(value, bool):
+        raise PodSpecError(f"{where}: {resource} quantity {value!r} is not an integer")
+    if isinstance(value, int):
+        n = value
+    elif isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        n = int(value.strip())
+    else:
+        unit = " MiB" if resource == RESOURCE_VGPU_MEMORY else ""
+        raise PodSpecError(
+            f"{where}: {resource} quantity {value!r} is not a whole number{unit} "
+            f"(write e.g. \"2\"; suffixes and fractions are not accepted)"
+        )
+    if n < 0:
+        raise PodSpecError(f"{where}: {resource} quantity {value!r} is negative")
+    return n
+
+
+def _container_demand(container: object, kind: str, index: int) -> dict[str, int]:
+    if not isinstance(container, Mapping):
+        raise PodSpecError(f"{kind}[{index}] is not an object")
+    name = container.get("name") or f"#{index}"
+    where = f"{kind} {name!r}"
+    resources = container.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise PodSpecError(f"{where}: resources is not an object")
+    out: dict[str, int] = {}
+    for section in ("requests", "limits"):  # limits last: they win
+        values = resources.get(section) or {}
+        if not isinstance(values, Mapping):
+            raise PodSpecError(f"{where}: resources.{section} is not an object")
+        for r in _RESOURCES:
+            if r in values:
+                out[r] = _quantity(values[r], r, where)
+    return out
+
+
+def _containers(spec: Mapping[str, Any], key: str) -> list[Any]:
+    items = spec.get(key) or []
+    if not isinstance(items, list):
+        raise PodSpecError(f"spec.{key} is not a list")
+    return items
+
+
+def pod_resources(pod: Mapping[str, Any]) -> dict[str, int]:
+    """The pod's effective demand of each gputopo resource (0 when not asked).
+
+    Args:
+        pod: a ``v1.Pod`` as a JSON dict.
+
+    Raises:
+        PodSpecError: a quantity is not a non-negative integer, or the spec is malformed.
+    """
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        raise PodSpecError("pod has no spec")
+    total = dict.fromkeys(_RESOURCES, 0)
+    for i, c in enumerate(_containers(spec, "containers")):
+        for r, n in _container_demand(c, "container", i).items():
+            total[r] += n
+    sidecars = dict.fromkeys(_RESOURCES, 0)
+    init_peak = dict.fromkeys(_RESOURCES, 0)
+    for i, c in enumerate(_containers(spec, "initContainers")):
+        demand = _container_demand(c, "init container", i)
+        restartable = isinstance(c, Mapping) and c.get("restartPolicy") == "Always"
+        for r in _RESOURCES:
+            init_peak[r] = max(init_peak[r], sidecars[r] + demand.get(r, 0))
+            if restartable:
+                sidecars[r] += demand.get(r, 0)
+    return {r: max(total[r] + sidecars[r], init_peak[r]) for r in _RESOURCES}
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        raise PodSpecError("pod metadata is not an object")
+    ann = meta.get("annotations") or {}
+    if not isinstance(ann, Mapping):
+        raise PodSpecError("pod metadata.annotations is not an object")
+    return ann
+
+
+def _bool_annotation(ann: Mapping[str, Any], key: str) -> bool | None:
+    if key not in ann:
+        return None
+    raw = ann[key]
+    text = raw.strip().lower() if isinstance(raw, str) else None
+    if text == "true":
+        return True
+    if text == "false":
+        return False
+    raise PodSpecError(f"annotation {key}={raw!r} must be \"true\" or \"false\"")
+
+
+def policy_from_pod(pod: Mapping[str, Any]) -> str | None:
+    """The policy named by the ``gputopo.io/policy`` annotation, or None.
+
+    Raises:
+        PodSpecError: the annotation names no registered policy (the message lists them).
+    """
+    ann = _annotations(pod)
+    if ANN_POLICY not in ann:
+        return None
+    name = ann[ANN_POLICY]
+    if not isinstance(name, str):
+        raise PodSpecError(f"annotation {ANN_POLICY} must be a string")
+    try:
+        get_policy(name.strip())
+    except UnknownPolicy as exc:
+        raise PodSpecError(f"annotation {ANN_POLICY}: {exc}") from None
+    return name.strip()
+
+
+def request_from_pod(pod: Mapping[str, Any]) -> Request | None:
+    """The pod's placement request, or None when it asks for no gputopo resource.
+
+    Returns:
+        ``Request(count=n, pattern, bandwidth_sensitive)`` for ``nvidia.com/gpu: n``;
+        ``Request(count=0, core_percent, memory_mib)`` for a vGPU share (a share that names
+        only memory gets no core limit: ``core_percent`` 0); None when none is asked
+        (pass-through).
+
+    Raises:
+        PodSpecError: non-integer quantities, whole and fractional GPUs in one pod,
+            ``vgpu-core`` above 100, a bad pattern (unknown, malformed, or naming more GPUs
+            than requested), a bad boolean annotation.
+    """
+    res = pod_resources(pod)
+    gpus, core, mem = res[RESOURCE_GPU], res[RESOURCE_VGPU_CORE], res[RESOURCE_VGPU_MEMORY]
+    if gpus == 0 and core == 0 and mem == 0:
+        return None
+    ann = _annotations(pod)
+    if gpus and (core or mem):
+        raise PodSpecError(
+            f"pod asks for whole GPUs ({RESOURCE_GPU}: {gpus}) and a GPU share "
+            f"({RESOURCE_VGPU_CORE}: {core}, {RESOURCE_VGPU_MEMORY}: {mem}); ask for one kind"
+        )
+    if core > FULL_CORE:
+        raise PodSpecError(
+            f"{RESOURCE_VGPU_CORE}: {core} is more than one GPU ({FULL_CORE}); "
+            f"ask for whole GPUs with {RESOURCE_GPU} instead"
+        )
+    sensitive = _bool_annotation(ann, ANN_BW_SENSITIVE)
+    pattern = None
+    if ANN_PATTERN in ann:
+        text = ann[ANN_PATTERN]
+        if not isinstance(text, str):
+            raise PodSpecError(f"annotation {ANN_PATTERN} must be a string")
+        try:
+            # a share runs on one GPU: only patterns that fit one GPU are accepted (no-op)
+            pattern = parse_pattern(text, max(gpus, 1))
+        except PatternError as exc:
+            raise PodSpecError(f"annotation {ANN_PATTERN}: {exc}") from None
+    try:
+        if gpus:
+            return Request(count=gpus, pattern=pattern, bandwidth_sensitive=sensitive)
+        return Request(count=0, core_percent=core, memory_mib=mem, bandwidth_sensitive=sensitive)
+    except RequestError as exc:
+        raise PodSpecError(str(exc)) from None
+
+
+def parse_pod(pod: Mapping[str, Any]) -> PodRequest | None:
+    """:func:`request_from_pod` and :func:`policy_from_pod` together (None = pass-through).
+
+    Raises:
+        PodSpecError: see both functions.
+    """
+    request = request_from_pod(pod)
+    if request is None:
+        return None
+    return PodRequest(request=request, policy=policy_from_pod(pod))
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(namespace, name, uid)`` of a pod dict; namespace defaults to ``default``.
+
+    Raises:
+        PodSpecError: metadata or its name is missing.
+    """
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str):
+        raise PodSpecError("pod has no metadata.name")
+    ns = meta.get("namespace") or "default"
+    uid = meta.get("uid") or ""
+    return str(ns), meta["name"], str(uid)

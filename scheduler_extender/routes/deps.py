@@ -1,0 +1,86 @@
+"""Dependencies shared by the routers (swap them in tests with ``app.dependency_overrides``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
+
+from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
+
+from scheduler_extender.extender import Extender
+from scheduler_extender.metrics import Metrics
+
+
+@dataclass
+class Runtime:
+    """What the routes need: the verbs and the metrics."""
+
+    extender: Extender
+    metrics: Metrics
+
+
+def get_runtime(request: Request) -> Runtime:
+    """The app's :class:`Runtime` (set by :func:`scheduler_extender.app.create_app`)."""
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
+M = TypeVar("M", bound=BaseModel)
+
+
+async def read_body(request: Request, model: type[M]) -> M:
+    """Parse the request body as ``model`` whatever its Content-Type (pydantic's JSON parser).
+
+    Raises:
+        RequestValidationError: malformed JSON or a schema violation (the app answers 400).
+    """
+    raw = await request.body()
+    try:
+        return model.model_validate_json(raw or b"null")
+    except ValidationError as exc:
+        raise RequestValidationError(exc.errors(include_url=False)) from None
+
+
+def body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting ``model`` as the JSON request body."""
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": model.model_json_schema()}},
+        }
+    }
+
+
+class _Outcome:
+    value = "ok"
+
+
+@contextmanager
+def timed(metrics: Metrics, verb: str) -> Iterator[_Outcome]:
+    """Count and time one request of ``verb``; set ``.value`` to ``error`` when the reply
+    carries an ``Error``."""
+    outcome = _Outcome()
+    start = time.perf_counter()
+    try:
+        yield outcome
+    except Exception:
+        outcome.value = "internal_error"
+        raise
+    finally:
+        metrics.latency.labels(verb=verb).observe(time.perf_counter() - start)
+        metrics.requests.labels(verb=verb, outcome=outcome.value).inc()
+
+
+def json_response(body: Any, status_code: int = 200) -> Response:
+    """A compact JSON response (``json.dumps``; no FastAPI re-encoding of big Node objects)."""
+    return Response(
+        content=json.dumps(body, separators=(",", ":")),
+        status_code=status_code,
+        media_type="application/json",
+    )

@@ -1,0 +1,91 @@
+"""Wire types of the kube-scheduler HTTP extender (``k8s.io/kube-scheduler/extender/v1``).
+
+The Go types carry no JSON tags, so the keys on the wire are the Go field names (``Pod``,
+``Nodes``, ``NodeNames``, ``FailedNodes`` …); kube-scheduler decodes replies
+case-insensitively, we always answer with the exact Go names.
+
+``Pod`` and the ``Nodes`` items stay permissive dicts (``extra`` allowed): they are full
+``v1.Pod`` / ``v1.Node`` objects of which the extender reads a handful of fields
+(:mod:`scheduler_extender.podspec` validates what it reads). Validating them field by field
+would cost more than the whole placement decision for a 1,000-node ``NodeList``.
+
+Scores are 0–:data:`MAX_EXTENDER_PRIORITY` (``MaxExtenderPriority`` = 10).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: kube-scheduler's ``extenderv1.MaxExtenderPriority``.
+MAX_EXTENDER_PRIORITY = 10
+MIN_EXTENDER_PRIORITY = 0
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class NodeList(_Wire):
+    """``v1.NodeList``: ``items`` are ``v1.Node`` objects kept as dicts."""
+
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    items: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ExtenderArgs(_Wire):
+    """Body of ``POST /filter`` and ``POST /prioritize``.
+
+    Exactly one of ``Nodes`` (``nodeCacheCapable: false``: full Node objects) and
+    ``NodeNames`` (``nodeCacheCapable: true``) carries the candidate nodes.
+    """
+
+    Pod: dict[str, Any]
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+
+
+class ExtenderFilterResult(_Wire):
+    """Reply of ``POST /filter``.
+
+    ``Nodes`` answers a request that carried ``Nodes`` (the same node objects that passed),
+    ``NodeNames`` one that carried ``NodeNames``. ``FailedNodes`` maps a node to why it
+    failed (preemption may help: GPUs are busy); ``FailedAndUnresolvableNodes`` to a reason
+    preemption cannot fix (no or invalid topology, too few GPUs in total). ``Error`` fails the
+    whole pod (invalid pod annotations); kube-scheduler expects it with HTTP 200.
+    """
+
+    Nodes: NodeList | None = None
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] = Field(default_factory=dict)
+    FailedAndUnresolvableNodes: dict[str, str] = Field(default_factory=dict)
+    Error: str = ""
+
+
+class HostPriority(_Wire):
+    """One entry of the ``POST /prioritize`` reply (a JSON array of these)."""
+
+    Host: str
+    Score: int = Field(ge=MIN_EXTENDER_PRIORITY, le=MAX_EXTENDER_PRIORITY)
+
+
+class ExtenderBindingArgs(_Wire):
+    """Body of ``POST /bind``."""
+
+    PodName: str = Field(min_length=1)
+    PodNamespace: str = Field(min_length=1)
+    PodUID: str = ""
+    Node: str = Field(min_length=1)
+
+
+class ExtenderBindingResult(_Wire):
+    """Reply of ``POST /bind``: empty ``Error`` means bound."""
+
+    Error: str = ""
+
+
+class ErrorBody(_Wire):
+    """Body of 400/404/500 replies: one line saying what was wrong."""
+
+    Error: str

@@ -1,0 +1,165 @@
+"""Extender settings: CLI flags > environment (``GPUTOPO_EXTENDER_*``) > config file (YAML) >
+defaults.
+
+Use :func:`load_settings`; it turns every problem (unknown policy, malformed nodes spec, a TLS
+certificate without its key, an unknown key in the config file …) into one
+:class:`SettingsError` line, which the CLI prints before exiting with code 2.
+
+Config file example (keys are the field names; dashes are accepted for underscores)::
+
+    host: 0.0.0.0
+    port: 8888
+    policy: gputopo
+    state: kubernetes
+    log_level: info
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    InitSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from scheduler_extender.state import NodesSpecError, parse_nodes_spec
+from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
+
+ENV_PREFIX = "GPUTOPO_EXTENDER_"
+
+_file_data: ContextVar[dict[str, Any] | None] = ContextVar("_file_data", default=None)
+
+
+class SettingsError(ValueError):
+    """Settings are invalid; ``str(exc)`` is one line naming the setting."""
+
+
+class ExtenderSettings(BaseSettings):
+    """Everything ``gputopo extender`` can be told.
+
+    Attributes:
+        host: listen address (default loopback; ``0.0.0.0`` in a cluster).
+        port: listen port (0 = any free port).
+        tls_cert: PEM certificate file; with ``tls_key`` serves HTTPS (uvicorn ssl).
+        tls_key: PEM private key file.
+        log_level: ``debug`` / ``info`` / ``warning`` / ``error``.
+        policy: default placement policy (a registered name; pods may override it with the
+            ``gputopo.io/policy`` annotation).
+        state: ``kubernetes`` (list/watch the API) or ``memory`` (catalog nodes, tests/demo).
+        nodes: memory backend nodes, ``CATALOG:COUNT[,CATALOG:COUNT…]``.
+        kubeconfig: kubeconfig file for the kubernetes backend (None = in-cluster config).
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", case_sensitive=False, validate_default=True
+    )
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8888, ge=0, le=65535)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    policy: str = DEFAULT_POLICY
+    state: Literal["memory", "kubernetes"] = "kubernetes"
+    nodes: str = "dgx1-v100:4"
+    kubeconfig: Path | None = None
+
+    @field_validator("log_level", "state", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        try:
+            get_policy(v.strip())
+        except UnknownPolicy as exc:
+            raise ValueError(str(exc)) from None
+        return v.strip()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ExtenderSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key must be given together")
+        for f in (self.tls_cert, self.tls_key, self.kubeconfig):
+            if f is not None and not f.is_file():
+                raise ValueError(f"file {str(f)!r} does not exist")
+        if self.state == "memory":
+            try:
+                parse_nodes_spec(self.nodes)
+            except NodesSpecError as exc:
+                raise ValueError(f"nodes: {exc}") from None
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        data = _file_data.get()
+        if data:
+            return (init_settings, env_settings, InitSettingsSource(settings_cls, data))
+        return (init_settings, env_settings)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML config file into setting names → values.
+
+    Raises:
+        SettingsError: missing file, invalid YAML, not a mapping, or unknown keys.
+    """
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        first = " ".join(str(exc).split())
+        raise SettingsError(f"config file {str(path)!r} is not valid YAML: {first}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SettingsError(f"config file {str(path)!r} must be a mapping of settings")
+    data = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    unknown = sorted(set(data) - set(ExtenderSettings.model_fields))
+    if unknown:
+        known = ", ".join(ExtenderSettings.model_fields)
+        raise SettingsError(
+            f"config file {str(path)!r}: unknown setting(s) {', '.join(unknown)}; known: {known}"
+        )
+    return data
+
+
+def load_settings(
+    cli: Mapping[str, Any] | None = None, config_file: Path | None = None
+) -> ExtenderSettings:
+    """Resolve the settings: ``cli`` (None values ignored) > env > ``config_file`` > defaults.
+
+    Raises:
+        SettingsError: any invalid value (one line, naming the setting).
+    """
+    overrides = {k: v for k, v in (cli or {}).items() if v is not None}
+    data = read_config_file(config_file) if config_file is not None else {}
+    token = _file_data.set(data)
+    try:
+        return ExtenderSettings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        prefix = f"setting {where}: " if where else ""
+        raise SettingsError(" ".join(f"{prefix}{msg}".split())) from None
+    finally:
+        _file_data.reset(token)

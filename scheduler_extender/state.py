@@ -1,0 +1,541 @@
+"""Cluster state as the extender sees it: node topologies and who holds which GPU.
+
+:class:`ClusterState` is the protocol the HTTP layer uses; two backends implement it:
+
+* :class:`MemoryState` (this module) — nodes from a catalog spec (``dgx1-v100:4``),
+  allocations in memory. The demo, the tests and the benchmarks use it.
+* :class:`scheduler_extender.kubernetes_state.KubernetesState` — nodes and allocations
+  listed and watched from the Kubernetes API (the only module that talks to it).
+
+Both keep allocations in an :class:`AllocationBook`: a thread-safe map ``pod key →
+Allocation`` with a per-node cached :class:`NodeState`, so a filter over 1,000 nodes reads 1,000
+cached states instead of rebuilding them. A *reservation* is an allocation recorded by bind
+before the API calls; :meth:`AllocationBook.add` refuses one that would hand out a GPU (or a
+share of one) that is already taken, under one lock, so two binds can never receive the same
+GPU even if they raced past the per-node bind lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from scheduler_extender.contract import Assignment, assignment_annotations
+from topology import catalog
+from topology.model import Topology, TopologyError
+from topology.policies.base import FULL_CORE, Decision, GPUUsage, NodeState
+from topology.serialization import loads
+
+
+class NodeTopologyError(Exception):
+    """Why a node's topology is unavailable (returned, not raised, by ``node_topology``)."""
+
+
+class ReservationConflict(Exception):
+    """A reservation would hand out a GPU (or GPU share) that is already taken."""
+
+
+class BindError(Exception):
+    """The backend could not bind the pod (API call failed); ``str(exc)`` says why."""
+
+
+class NodesSpecError(ValueError):
+    """A ``--nodes`` spec is malformed or names an unknown catalog machine."""
+
+
+@dataclass(frozen=True)
+class PodRef:
+    """Identity of a pod. ``key`` is the UID when known, else ``namespace/name``."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        """Allocation key: the UID, or ``namespace/name`` when the UID is unknown."""
+        return self.uid or f"{self.namespace}/{self.name}"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """GPUs held by one pod on one node.
+
+    Attributes:
+        pod: the holder.
+        node: node name.
+        gpus: GPU indices (one for a share).
+        core_percent: vGPU-core of a share (percent), 0 for whole GPUs.
+        memory_mib: GPU memory of a share (MiB), 0 for whole GPUs.
+        fractional: a share of one GPU rather than whole GPUs.
+        confirmed: seen in the API (annotations delivered by the watch); False = a
+            reservation made by bind that the watch has not confirmed yet.
+        created: monotonic time the record was made (reservation ageing).
+    """
+
+    pod: PodRef
+    node: str
+    gpus: tuple[int, ...]
+    core_percent: int = 0
+    memory_mib: int = 0
+    fractional: bool = False
+    confirmed: bool = True
+    created: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def from_decision(
+        cls, pod: PodRef, node: str, decision: Decision, *, confirmed: bool = False
+    ) -> Allocation:
+        """The allocation a policy decision grants."""
+        return cls(
+            pod=pod, node=node, gpus=tuple(decision.gpus),
+            core_percent=decision.core_percent if decision.fractional else 0,
+            memory_mib=decision.memory_mib if decision.fractional else 0,
+            fractional=decision.fractional, confirmed=confirmed,
+        )  # fmt: skip
+
+    @classmethod
+    def from_assignment(cls, pod: PodRef, node: str, a: Assignment) -> Allocation:
+        """The allocation read back from a pod's output annotations."""
+        return cls(
+            pod=pod, node=node, gpus=a.gpu_indices, core_percent=a.core_percent,
+            memory_mib=a.memory_mib, fractional=a.fractional, confirmed=True,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What filter/prioritize read about one node, in one lookup.
+
+    Attributes:
+        name: node name.
+        topology: the node's topology, or why it is unavailable.
+        state: its used GPUs.
+        state_key: ``state.key()``, precomputed (grouping and cache key).
+    """
+
+    name: str
+    topology: Topology | NodeTopologyError
+    state: NodeState
+    state_key: tuple[tuple[int, int, int], ...]
+
+
+def apply_usage(usage: dict[int, GPUUsage], alloc: Allocation) -> None:
+    """Add ``alloc`` to a usage map in place (whole GPUs: core 100; shares: summed)."""
+    for g in alloc.gpus:
+        u = usage.get(g, GPUUsage())
+        if alloc.fractional:
+            usage[g] = GPUUsage(
+                u.core_percent + alloc.core_percent, u.memory_mib + alloc.memory_mib
+            )
+        else:
+            usage[g] = GPUUsage(FULL_CORE, u.memory_mib)
+
+
+def conflicts(
+    usage: Mapping[int, GPUUsage], alloc: Allocation, topology: Topology | None,
+    unhealthy: frozenset[int] = frozenset(),
+) -> str | None:
+    """Why ``alloc`` cannot be added on top of ``usage`` (None when it fits).
+
+    Whole GPUs must be idle; a share needs ``core_percent`` and ``memory_mib`` room on its GPU
+    (memory checked against the GPU's framebuffer when the topology is known).
+    """
+    for g in alloc.gpus:
+        if topology is not None and not 0 <= g < topology.size:
+            return f"GPU {g} does not exist on node {alloc.node}"
+        if g in unhealthy:
+            return f"GPU {g} on {alloc.node} is unhealthy"
+        u = usage.get(g, GPUUsage())
+        if not alloc.fractional:
+            if not u.idle:
+                return f"GPU {g} on {alloc.node} is already in use"
+            continue
+        if u.core_percent + alloc.core_percent > FULL_CORE:
+            return (
+                f"GPU {g} on {alloc.node} has {FULL_CORE - u.core_percent}% vGPU-core free; "
+                f"{alloc.core_percent}% asked"
+            )
+        if topology is not None and u.memory_mib + alloc.memory_mib > topology.gpus[g].memory_mib:
+            return f"GPU {g} on {alloc.node} has not {alloc.memory_mib} MiB free"
+    return None
+
+
+class AllocationBook:
+    """Thread-safe allocations with a cached :class:`NodeState` per node."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._by_key: dict[str, Allocation] = {}
+        self._by_node: dict[str, dict[str, Allocation]] = {}
+        self._states: dict[str, tuple[NodeState, tuple[tuple[int, int, int], ...]]] = {}
+        self._unhealthy: dict[str, frozenset[int]] = {}
+        #: bumped on every change (callers cache views per node and compare)
+        self.version = 0
+
+    def _usage(self, node: str) -> dict[int, GPUUsage]:
+        usage: dict[int, GPUUsage] = {}
+        for a in self._by_node.get(node, {}).values():
+            apply_usage(usage, a)
+        return usage
+
+    def state(self, node: str) -> tuple[NodeState, tuple[tuple[int, int, int], ...]]:
+        """``(NodeState, NodeState.key())`` of ``node`` (cached until it changes)."""
+        hit = self._states.get(node)
+        if hit is not None:
+            return hit
+        with self.lock:
+            st = NodeState(self._usage(node), self._unhealthy.get(node, frozenset()))
+            hit = (st, st.key())
+            self._states[node] = hit
+            return hit
+
+    def _touch(self, node: str) -> None:
+        self._states.pop(node, None)
+        self.version += 1
+
+    def add(self, alloc: Allocation, topology: Topology | None, *, check: bool = True) -> None:
+        """Record ``alloc`` (replacing any record of the same pod).
+
+        Args:
+            alloc: the allocation.
+            topology: the node's topology (bounds and memory checks), if known.
+            check: refuse conflicts (bind); False records what the API says regardless.
+
+        Raises:
+            ReservationConflict: ``check`` and a GPU or share is already taken.
+        """
+        key = alloc.pod.key
+        with self.lock:
+            old = self._by_key.get(key)
+            if check:
+                usage: dict[int, GPUUsage] = {}
+                for a in self._by_node.get(alloc.node, {}).values():
+                    if a.pod.key != key:
+                        apply_usage(usage, a)
+                sick = self._unhealthy.get(alloc.node, frozenset())
+                why = conflicts(usage, alloc, topology, sick)
+                if why is not None:
+                    raise ReservationConflict(why)
+            if old is not None:
+                self._by_node.get(old.node, {}).pop(key, None)
+                self._touch(old.node)
+            self._by_key[key] = alloc
+            self._by_node.setdefault(alloc.node, {})[key] = alloc
+            self._touch(alloc.node)
+
+    def remove(self, key: str) -> Allocation | None:
+        """Forget the allocation of pod ``key``; returns it (None if there was none)."""
+        with self.lock:
+            old = self._by_key.pop(key, None)
+            if old is not None:
+                self._by_node.get(old.node, {}).pop(key, None)
+                self._touch(old.node)
+            return old
+
+    def get(self, key: str) -> Allocation | None:
+        """The allocation of pod ``key``, if any."""
+        return self._by_key.get(key)
+
+    def all(self) -> list[Allocation]:
+        """Every allocation (a snapshot)."""
+        with self.lock:
+            return list(self._by_key.values())
+
+    def on_node(self, node: str) -> list[Allocation]:
+        """Allocations on ``node`` (a snapshot)."""
+        with self.lock:
+            return list(self._by_node.get(node, {}).values())
+
+    def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:
+        """Mark GPUs of ``node`` as not to be handed out."""
+        with self.lock:
+            self._unhealthy[node] = frozenset(gpus)
+            self._touch(node)
+
+    def clear(self) -> None:
+        """Forget everything (relist)."""
+        with self.lock:
+            nodes = list(self._by_node)
+            self._by_key.clear()
+            self._by_node.clear()
+            for n in nodes:
+                self._touch(n)
+
+
+class TopologyCache:
+    """Parsed ``gputopo.io/topology`` annotations, keyed by the annotation text (its hash).
+
+    Bounded LRU; parse failures are cached too (as :class:`NodeTopologyError`), so a corrupt
+    annotation costs one parse, not one per request.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._cache: OrderedDict[str, Topology | NodeTopologyError] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, text: str) -> Topology | NodeTopologyError:
+        """The topology of annotation ``text``, or a :class:`NodeTopologyError` saying
+        ``topology annotation invalid: …`` (corrupt JSON, schema violation, newer
+        ``schemaVersion``)."""
+        hit = self._cache.get(text)
+        if hit is not None:
+            return hit
+        try:
+            parsed: Topology | NodeTopologyError = loads(text)
+        except TopologyError as exc:
+            parsed = NodeTopologyError(f"topology annotation invalid: {exc}")
+        except Exception as exc:  # noqa: BLE001 - never let a node annotation crash a verb
+            parsed = NodeTopologyError(f"topology annotation invalid: {type(exc).__name__}: {exc}")
+        with self._lock:
+            self._cache[text] = parsed
+            if len(self._cache) > self._size:
+                self._cache.popitem(last=False)
+        return parsed
+
+    def clear(self) -> None:
+        """Forget every parsed annotation."""
+        with self._lock:
+            self._cache.clear()
+
+    @staticmethod
+    def digest(text: str) -> str:
+        """Short hash of an annotation (for logs)."""
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@runtime_checkable
+class ClusterState(Protocol):
+    """What the extender needs from the cluster. Implementations are thread-safe.
+
+    ``filter`` and ``prioritize`` only read (:meth:`node_view`); ``bind`` calls
+    :meth:`reserve` (under the extender's per-node lock), then :meth:`bind`, and
+    :meth:`release` when :meth:`bind` fails.
+    """
+
+    def ready(self) -> bool:
+        """True once the backend has its initial view (readiness probe)."""
+        ...
+
+    def node_topology(self, name: str) -> Topology | NodeTopologyError:
+        """The node's topology, or why it has none (unknown node, no or invalid annotation)."""
+        ...
+
+    def node_state(self, name: str) -> NodeState:
+        """Used GPUs of the node (confirmed allocations plus in-flight reservations)."""
+        ...
+
+    def node_view(self, name: str) -> NodeView:
+        """Topology, state and state key in one call (the filter hot path)."""
+        ...
+
+    def reserve(self, pod_key: str, node: str, decision: Decision, *, pod: PodRef) -> None:
+        """Record ``decision`` for ``pod`` on ``node`` before any API call.
+
+        Raises:
+            ReservationConflict: a GPU or share of ``decision`` is already taken.
+        """
+        ...
+
+    def release(self, pod_key: str) -> None:
+        """Drop the allocation of ``pod_key`` (rollback of a failed bind; no-op if absent)."""
+        ...
+
+    def bind(self, pod: PodRef, node: str, decision: Decision | None) -> None:
+        """Write the assignment annotations (when ``decision``) and bind the pod to ``node``.
+
+        Raises:
+            BindError: the API refused; nothing is bound (annotations rolled back when
+                possible).
+        """
+        ...
+
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """The UID of a live pod the backend knows, else None (PodUID verification)."""
+        ...
+
+    def fetch_pod(self, namespace: str, name: str) -> Mapping[str, object] | None:
+        """The pod object (for a bind that saw no filter call), or None if unavailable."""
+        ...
+
+    def allocations(self) -> list[Allocation]:
+        """Every allocation and reservation (snapshot)."""
+        ...
+
+    def allocation(self, pod_key: str) -> Allocation | None:
+        """The allocation or reservation of ``pod_key``, if any."""
+        ...
+
+
+# ------------------------------------------------------------------------------ memory
+def parse_nodes_spec(spec: str) -> list[tuple[str, Topology]]:
+    """Expand ``CATALOG:COUNT[,CATALOG:COUNT…]`` into ``[(name, topology)]``.
+
+    Node names are ``<catalog>-<i>`` (``dgx1-v100-0`` …); a machine listed twice continues
+    its numbering. ``COUNT`` defaults to 1 (``dgx1-v100`` = ``dgx1-v100:1``).
+
+    Raises:
+        NodesSpecError: empty spec, bad count, unknown catalog machine (names the known ones).
+    """
+    out: list[tuple[str, Topology]] = []
+    seen: dict[str, int] = {}
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise NodesSpecError("empty nodes spec; expected e.g. dgx1-v100:4")
+    for part in parts:
+        machine, _, count_text = part.partition(":")
+        machine = machine.strip().lower()
+        count_text = count_text.strip() or "1"
+        if not count_text.isdigit() or int(count_text) < 1:
+            raise NodesSpecError(f"bad node count in {part!r}; expected CATALOG:COUNT, COUNT >= 1")
+        try:
+            topo = catalog.get(machine)
+        except catalog.UnknownMachine as exc:
+            raise NodesSpecError(str(exc)) from None
+        start = seen.get(machine, 0)
+        for i in range(start, start + int(count_text)):
+            out.append((f"{machine}-{i}", topo))
+        seen[machine] = start + int(count_text)
+    return out
+
+
+@dataclass
+class BoundPod:
+    """A pod the memory backend has bound: its node and the annotations bind wrote."""
+
+    pod: PodRef
+    node: str
+    annotations: dict[str, str]
+
+
+class MemoryState:
+    """In-memory cluster: fixed nodes, allocations and bindings kept in this process.
+
+    Args:
+        nodes: node name → topology.
+
+    Use :meth:`from_spec` for catalog nodes. :meth:`delete_pod` frees a pod's GPUs (a pod
+    finishing). Ready at once.
+    """
+
+    def __init__(self, nodes: Mapping[str, Topology] | None = None) -> None:
+        self._nodes: dict[str, Topology] = dict(nodes or {})
+        self.book = AllocationBook()
+        self._views: dict[str, NodeView] = {}
+        self._bound: dict[str, BoundPod] = {}  # "ns/name" -> record
+        self._lock = threading.RLock()
+
+    @classmethod
+    def from_spec(cls, spec: str) -> MemoryState:
+        """Nodes from a ``CATALOG:COUNT[,…]`` spec (see :func:`parse_nodes_spec`).
+
+        Raises:
+            NodesSpecError: the spec is malformed.
+        """
+        return cls(dict(parse_nodes_spec(spec)))
+
+    # -------------------------------------------------------------- nodes
+    def add_node(self, name: str, topology: Topology) -> None:
+        """Add or replace a node."""
+        with self._lock:
+            self._nodes[name] = topology
+            self._views.pop(name, None)
+
+    def node_names(self) -> list[str]:
+        """Node names, sorted."""
+        return sorted(self._nodes)
+
+    def ready(self) -> bool:
+        """Always ready."""
+        return True
+
+    def node_topology(self, name: str) -> Topology | NodeTopologyError:
+        """The node's topology or a :class:`NodeTopologyError` for an unknown node."""
+        topo = self._nodes.get(name)
+        if topo is None:
+            return NodeTopologyError("node has no gputopo.io/topology annotation")
+        return topo
+
+    def node_state(self, name: str) -> NodeState:
+        """Used GPUs of ``name``."""
+        return self.book.state(name)[0]
+
+    def node_view(self, name: str) -> NodeView:
+        """Topology and state of ``name`` (cached until the node's allocations change)."""
+        state, key = self.book.state(name)
+        view = self._views.get(name)
+        if view is not None and view.state is state:
+            return view
+        view = NodeView(name, self.node_topology(name), state, key)
+        self._views[name] = view
+        return view
+
+    def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:
+        """Mark GPUs of ``node`` unhealthy (never handed out)."""
+        self.book.set_unhealthy(node, gpus)
+
+    # -------------------------------------------------------------- allocations
+    def reserve(self, pod_key: str, node: str, decision: Decision, *, pod: PodRef) -> None:
+        """Record the decision (see :meth:`ClusterState.reserve`)."""
+        topo = self._nodes.get(node)
+        ref = pod if pod.key == pod_key else PodRef(pod.namespace, pod.name, pod_key)
+        self.book.add(Allocation.from_decision(ref, node, decision, confirmed=False), topo)
+
+    def release(self, pod_key: str) -> None:
+        """Drop ``pod_key``'s allocation."""
+        self.book.remove(pod_key)
+
+    def bind(self, pod: PodRef, node: str, decision: Decision | None) -> None:
+        """Record the binding and the annotations bind would write; confirms the reservation."""
+        ann = assignment_annotations(decision, node) if decision is not None else {}
+        with self._lock:
+            self._bound[str(pod)] = BoundPod(pod, node, ann)
+        alloc = self.book.get(pod.key)
+        if alloc is not None and not alloc.confirmed:
+            self.book.add(
+                Allocation(alloc.pod, alloc.node, alloc.gpus, alloc.core_percent,
+                           alloc.memory_mib, alloc.fractional, confirmed=True),
+                None, check=False,
+            )  # fmt: skip
+
+    def delete_pod(self, namespace: str, name: str) -> bool:
+        """The pod ended: free its GPUs and forget its binding. Returns whether it existed."""
+        with self._lock:
+            rec = self._bound.pop(f"{namespace}/{name}", None)
+        freed = False
+        if rec is not None:
+            freed = self.book.remove(rec.pod.key) is not None
+        for a in self.book.all():
+            if a.pod.namespace == namespace and a.pod.name == name:
+                freed = self.book.remove(a.pod.key) is not None or freed
+        return rec is not None or freed
+
+    def bound_pod(self, namespace: str, name: str) -> BoundPod | None:
+        """The binding record of a pod (node and annotations written), if bound."""
+        return self._bound.get(f"{namespace}/{name}")
+
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """UID of a pod this backend bound (None otherwise)."""
+        rec = self._bound.get(f"{namespace}/{name}")
+        return rec.pod.uid or None if rec is not None else None
+
+    def fetch_pod(self, namespace: str, name: str) -> Mapping[str, object] | None:
+        """The memory backend stores no pod objects: always None."""
+        return None
+
+    def allocations(self) -> list[Allocation]:
+        """Every allocation (snapshot)."""
+        return self.book.all()
+
+    def allocation(self, pod_key: str) -> Allocation | None:
+        """The allocation of ``pod_key``, if any."""
+        return self.book.get(pod_key)
