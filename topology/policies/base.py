@@ -116,6 +116,14 @@ class Request:
         pattern: the job's communication pattern graph (MAPA §3.1); default all-to-all.
         bandwidth_sensitive: MAPA's bwSensitive annotation; None = the default (true for
             multi-GPU requests).
+        min_utility: the job's minimum acceptable placement utility in [0, 1] (Amaral et al.
+            SC'17, Algorithm 1; pod annotation ``gputopo.io/min-utility``). Only
+            ``topo-aware-p`` reads it: it rejects a node while the best utility there is
+            below this value. None = the policy's default.
+        profile: the job's performance profile name, e.g. ``alexnet/tiny`` (network and
+            batch class; Amaral §4.2), used to estimate interference. None = a default
+            profile derived from ``bandwidth_sensitive``. Policies that model no
+            interference ignore it.
     """
 
     count: int = 1
@@ -123,6 +131,8 @@ class Request:
     memory_mib: int = 0
     pattern: Pattern | None = None
     bandwidth_sensitive: bool | None = None
+    min_utility: float | None = None
+    profile: str | None = None
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -132,6 +142,10 @@ class Request:
                 raise RequestError("fractional request needs 0-100 vGPU-core and memory >= 0")
             if self.core_percent == 0 and self.memory_mib == 0:
                 raise RequestError("request asks for no GPU at all")
+        if self.min_utility is not None and not 0.0 <= self.min_utility <= 1.0:
+            raise RequestError(f"minimum utility must be in [0, 1], got {self.min_utility}")
+        if self.profile is not None and not self.profile.strip():
+            raise RequestError("empty job profile name")
         if self.pattern is not None and self.count > 0 and self.pattern.size != self.count:
             raise RequestError(
                 f"pattern {self.pattern.name!r} has {self.pattern.size} GPUs but the request "
@@ -172,7 +186,10 @@ class Request:
     def key(self) -> tuple[object, ...]:
         """Hashable canonical form (for caches)."""
         p = self.effective_pattern()
-        return (self.count, self.core_percent, self.memory_mib, p.key(), self.sensitive)
+        return (
+            self.count, self.core_percent, self.memory_mib, p.key(), self.sensitive,
+            self.min_utility, self.profile,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
