@@ -59,8 +59,12 @@ class ProtoSource:
 
     def outputs(self) -> list[str]:
         """File names this source produces (the stripped proto and the generated code)."""
-        return [self.target, f"{self.stem}_pb2.py", f"{self.stem}_pb2.pyi",
-                f"{self.stem}_pb2_grpc.py"]  # fmt: skip
+        return [
+            self.target,
+            f"{self.stem}_pb2.py",
+            f"{self.stem}_pb2.pyi",
+            f"{self.stem}_pb2_grpc.py",
+        ]
 
 
 SOURCES = (
@@ -136,10 +140,15 @@ def generate(out_root: Path) -> list[Path]:
         written.append(proto)
         rel = (PACKAGE_REL / src.target).as_posix()
         cmd = [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{out_root}",
-            f"--python_out={out_root}", f"--pyi_out={out_root}",
-            f"--grpc_python_out={out_root}", rel,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{out_root}",
+            f"--python_out={out_root}",
+            f"--pyi_out={out_root}",
+            f"--grpc_python_out={out_root}",
+            rel,
+        ]
         proc = subprocess.run(cmd, cwd=out_root, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             msg = " ".join((proc.stderr or proc.stdout).split())
@@ -171,15 +180,19 @@ def main(argv: list[str] | None = None) -> int:
         description="Regenerate the kubelet gRPC bindings.",
     )
     parser.add_argument("--check", action="store_true", help="exit 1 when files are stale")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write under this root instead of the repository")  # fmt: skip
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write under this root instead of the repository"
+    )
     args = parser.parse_args(argv)
     try:
         if args.check:
             stale = stale_files()
             if stale:
-                print(f"stale generated files: {', '.join(stale)}; run "
-                      "python -m device_plugin.api.generate", file=sys.stderr)  # fmt: skip
+                print(
+                    f"stale generated files: {', '.join(stale)}; run "
+                    "python -m device_plugin.api.generate",
+                    file=sys.stderr,
+                )
                 return 1
             print("generated kubelet API bindings are up to date")
             return 0

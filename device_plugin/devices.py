@@ -1,0 +1,196 @@
+"""The resources the plugin advertises and their device IDs (pure, except :func:`minor_numbers`).
+
+Three resources, one kubelet endpoint (unix socket) each:
+
+=======================  ==============================  ==================================
+resource                 one device is                   device ID
+=======================  ==============================  ==================================
+``nvidia.com/gpu``       one whole GPU                   ``<uuid>``
+``gputopo.io/vgpu-core`` 1 % of one GPU's compute        ``<uuid>::core-<n>``, n = 0..99
+``gputopo.io/vgpu-memory`` *unit* MiB of one GPU's memory ``<uuid>::mem-<n>``, n = 0..M-1
+=======================  ==============================  ==================================
+
+``M = memory_mib // unit``; the unit (default 256 MiB) keeps the list short: a 16 GiB V100
+gives 63 devices, an 80 GiB H100 320, where one device per MiB would give 81920 per GPU and
+overflow the kubelet's 4 MiB gRPC message with 8 GPUs. Pods therefore request
+``gputopo.io/vgpu-memory`` in units (``16`` = 4 GiB at 256 MiB); the unit is published on the
+node (``gputopo.io/vgpu-memory-unit-mib``) so the extender converts units to MiB. UUIDs are 40
+characters, so the longest ID (``GPU-…::core-99``) stays under the kubelet's 63-character limit.
+
+Every device carries its GPU's NUMA node as ``TopologyInfo`` so the kubelet's Topology Manager
+can align CPUs with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler_extender.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
+from topology.model import Topology
+from topology.policies.base import FULL_CORE
+
+#: vGPU-core devices per GPU (percent of one GPU).
+CORE_UNITS_PER_GPU = FULL_CORE
+#: Separator between the GPU UUID and the unit in vGPU device IDs.
+SEP = "::"
+#: The kubelet's limit on a device ID (api.proto: "Max length of this field is 63 characters").
+MAX_DEVICE_ID = 63
+
+
+class DeviceIDError(ValueError):
+    """A device ID does not belong to this node or this resource."""
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """One advertised resource.
+
+    Attributes:
+        name: the extended-resource name.
+        socket: the socket file name in the device-plugin directory.
+        kind: ``gpu`` | ``core`` | ``memory``.
+    """
+
+    name: str
+    socket: str
+    kind: str
+
+    @property
+    def fractional(self) -> bool:
+        """A share of one GPU (vGPU core or memory units)."""
+        return self.kind != "gpu"
+
+
+RESOURCES: tuple[ResourceSpec, ...] = (
+    ResourceSpec(RESOURCE_GPU, "gputopo-gpu.sock", "gpu"),
+    ResourceSpec(RESOURCE_VGPU_CORE, "gputopo-vgpu-core.sock", "core"),
+    ResourceSpec(RESOURCE_VGPU_MEMORY, "gputopo-vgpu-memory.sock", "memory"),
+)
+BY_NAME: dict[str, ResourceSpec] = {r.name: r for r in RESOURCES}
+
+
+def resource(name: str) -> ResourceSpec:
+    """The :class:`ResourceSpec` called ``name``.
+
+    Raises:
+        KeyError: not one of ours.
+    """
+    return BY_NAME[name]
+
+
+@dataclass(frozen=True)
+class Device:
+    """One advertised device.
+
+    Attributes:
+        id: the device ID the kubelet sees.
+        gpu: index of the GPU it belongs to.
+        uuid: that GPU's UUID.
+        numa_node: the GPU's NUMA node (None = unknown; no TopologyInfo then).
+        unit: unit number for vGPU devices, None for whole GPUs.
+    """
+
+    id: str
+    gpu: int
+    uuid: str
+    numa_node: int | None
+    unit: int | None = None
+
+
+def memory_units(memory_mib: int, unit_mib: int) -> int:
+    """``gputopo.io/vgpu-memory`` devices of a GPU with ``memory_mib`` MiB (floor)."""
+    return max(0, memory_mib // unit_mib)
+
+
+def device_id(spec: ResourceSpec, uuid: str, unit: int | None = None) -> str:
+    """The device ID of ``uuid`` (whole GPU) or of its vGPU ``unit``."""
+    if spec.kind == "gpu":
+        return uuid
+    tag = "core" if spec.kind == "core" else "mem"
+    return f"{uuid}{SEP}{tag}-{unit}"
+
+
+def build_devices(topology: Topology, spec: ResourceSpec, unit_mib: int) -> tuple[Device, ...]:
+    """Every device of ``spec`` on ``topology``, GPU by GPU, unit by unit.
+
+    Raises:
+        DeviceIDError: an ID would exceed the kubelet's 63 characters (an unusual UUID).
+    """
+    out: list[Device] = []
+    for g in topology.gpus:
+        if spec.kind == "gpu":
+            units: Sequence[int | None] = [None]
+        elif spec.kind == "core":
+            units = range(CORE_UNITS_PER_GPU)
+        else:
+            units = range(memory_units(g.memory_mib, unit_mib))
+        for u in units:
+            did = device_id(spec, g.uuid, u)
+            if len(did) > MAX_DEVICE_ID:
+                raise DeviceIDError(f"device ID {did!r} is longer than {MAX_DEVICE_ID} characters")
+            out.append(Device(did, g.index, g.uuid, g.numa_node, u))
+    return tuple(out)
+
+
+def gpu_of(spec: ResourceSpec, device: str) -> str:
+    """The GPU UUID a device ID of ``spec`` refers to (syntax only).
+
+    Raises:
+        DeviceIDError: the ID is not of this resource's form.
+    """
+    if spec.kind == "gpu":
+        if SEP in device or not device:
+            raise DeviceIDError(f"{device!r} is not a whole-GPU device ID")
+        return device
+    uuid, sep, rest = device.partition(SEP)
+    tag = "core-" if spec.kind == "core" else "mem-"
+    if not sep or not uuid or not rest.startswith(tag) or not rest[len(tag) :].isdigit():
+        raise DeviceIDError(
+            f"{device!r} is not a {spec.name} device ID ({uuid or 'GPU'}{SEP}{tag}<n>)"
+        )
+    return uuid
+
+
+def gpus_of(spec: ResourceSpec, devices: Iterable[str]) -> dict[str, int]:
+    """GPU UUID → number of the given devices on it (insertion order = first seen).
+
+    Raises:
+        DeviceIDError: a device ID is malformed for ``spec``.
+    """
+    counts: dict[str, int] = {}
+    for d in devices:
+        uuid = gpu_of(spec, d)
+        counts[uuid] = counts.get(uuid, 0) + 1
+    return counts
+
+
+def minor_numbers(topology: Topology, proc: Path | None) -> dict[int, int]:
+    """GPU index → minor number of its ``/dev/nvidia<minor>`` node.
+
+    With ``proc`` (the real host, normally ``/proc``), read ``Device Minor:`` from
+    ``<proc>/driver/nvidia/gpus/<bus id>/information``; a GPU whose file is missing or
+    unreadable, and every GPU when ``proc`` is None (the fake NVML), gets its index (NVML
+    index and minor number agree on most machines, but not all: hence the lookup).
+    """
+    out = {g.index: g.index for g in topology.gpus}
+    if proc is None:
+        return out
+    for g in topology.gpus:
+        path = proc / "driver" / "nvidia" / "gpus" / g.pci_bus_id.lower() / "information"
+        try:
+            text = path.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "Device Minor" and value.strip().isdigit():
+                out[g.index] = int(value.strip())
+                break
+    return out
+
+
+def index_by_uuid(topology: Topology) -> Mapping[str, int]:
+    """GPU UUID → index."""
+    return {g.uuid: g.index for g in topology.gpus}

@@ -1,0 +1,246 @@
+"""Wiring: settings → NVML (real or fake) → topology → servers, watcher, health, publishing,
+metrics; and a clean shutdown on SIGTERM/SIGINT (our sockets removed).
+
+This is the only module that knows every piece; each piece takes plain values and can be
+built on its own in tests (see ``tests/device_plugin``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from device_plugin.allocation import Allocator, Inventory
+from device_plugin.devices import RESOURCES, minor_numbers
+from device_plugin.health import HealthState, start_nvml_watch, start_xid_file_feeder
+from device_plugin.kubelet_view import KubeletView, NoKubeletView, PodResourcesClient
+from device_plugin.metrics import Metrics
+from device_plugin.pods import FilePodSource, KubePodSource, PodSource
+from device_plugin.publish import (
+    FileNodePublisher,
+    KubeNodePublisher,
+    NodePublisher,
+    PublishLoop,
+    node_metadata,
+)
+from device_plugin.registration import KubeletWatcher
+from device_plugin.server import DevicePluginServicer, ResourceServer
+from device_plugin.settings import DevicePluginSettings
+from topology.model import Topology, TopologyError
+
+log = logging.getLogger("device_plugin")
+
+
+class PluginError(RuntimeError):
+    """The plugin cannot start; the message is one line."""
+
+
+def core_api(kubeconfig: Path | None, timeout_s: float = 10.0) -> Any:
+    """A ``CoreV1Api`` from ``kubeconfig``, or from the in-cluster service account.
+
+    Raises:
+        PluginError: no usable configuration.
+    """
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is not None:
+            config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+        else:
+            config.load_incluster_config(client_configuration=cfg)
+    except (ConfigException, OSError, TypeError, ValueError) as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig)"
+        raise PluginError(f"cannot load {where}: {' '.join(str(exc).split())}") from None
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def open_nvml(settings: DevicePluginSettings) -> tuple[Any, Topology]:
+    """The NVML binding (fake or real) and the node's discovered topology.
+
+    On a fake node the topology keeps the source's name (so the published annotation equals
+    the catalog entry's); on a real node it is named after the Kubernetes node.
+
+    Raises:
+        PluginError: the fake topology cannot be read, or NVML discovery failed.
+    """
+    from topology.discovery.nvml import discover
+
+    try:
+        if settings.fake_topology:
+            from topology.discovery.fake_nvml import FakeNVML
+
+            nvml: Any = FakeNVML.from_source(settings.fake_topology)
+            return nvml, discover(nvml)
+        import pynvml
+
+        return pynvml, discover(pynvml, name=settings.node_name)
+    except (TopologyError, OSError) as exc:
+        raise PluginError(str(exc)) from None
+
+
+@dataclass
+class DevicePlugin:
+    """A running device plugin (build with :meth:`build`, then :meth:`start` / :meth:`stop`)."""
+
+    settings: DevicePluginSettings
+    nvml: Any
+    topology: Topology
+    pods: PodSource
+    publisher: NodePublisher
+    view: KubeletView
+    metrics: Metrics = field(default_factory=Metrics)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.health = HealthState()
+        self.inventory = Inventory(self.topology, self.health, s.vgpu_memory_unit_mib)
+        proc = None if s.fake_topology else Path("/proc")
+        self.allocator = Allocator(
+            self.topology,
+            s.node_name,
+            self.pods,
+            view=self.view,
+            unit_mib=s.vgpu_memory_unit_mib,
+            minors=minor_numbers(self.topology, proc),
+            mps_pipe_dir=s.mps_pipe_dir,
+            metrics=self.metrics,
+            allocate_wait_s=s.allocate_wait_s,
+        )
+        self.servers = [
+            ResourceServer(
+                spec,
+                s.device_plugin_dir,
+                DevicePluginServicer(
+                    spec, self.inventory, self.allocator, self.metrics, self.stop_event
+                ),
+            )
+            for spec in RESOURCES
+        ]
+        self.watcher = KubeletWatcher(
+            s.kubelet_socket,
+            self.servers,
+            interval_s=s.watch_interval_s,
+            on_registered=lambda r: self.metrics.registrations.labels(r).inc(),
+        )
+        self.publish_loop = PublishLoop(
+            self.publisher,
+            s.node_name,
+            lambda: node_metadata(self.topology, self.health.unhealthy(), s.vgpu_memory_unit_mib),
+            s.publish_interval_s,
+            on_error=self.metrics.annotation_errors.inc,
+        )
+        self.health.on_change(self.publish_loop.kick)
+        self._metrics_server: Any = None
+        for spec in RESOURCES:
+            listing = self.inventory.listing(spec.name)
+            self.metrics.devices.labels(spec.name).set(len(listing))
+            self.metrics.healthy.labels(spec.name).set(sum(ok for _d, ok in listing))
+
+    @classmethod
+    def build(cls, settings: DevicePluginSettings) -> DevicePlugin:
+        """Discover the GPUs and connect the pod source, node publisher and kubelet view.
+
+        Raises:
+            PluginError: discovery or the Kubernetes configuration failed.
+        """
+        nvml, topology = open_nvml(settings)
+        api: Any = None
+
+        def kube() -> Any:
+            nonlocal api
+            if api is None:
+                api = core_api(settings.kubeconfig, settings.api_timeout_s)
+            return api
+
+        pods: PodSource
+        if settings.pod_source.startswith("file:"):
+            pods = FilePodSource(Path(settings.pod_source.removeprefix("file:")))
+        else:
+            pods = KubePodSource(kube(), settings.api_timeout_s)
+        publisher: NodePublisher
+        if settings.node_sink.startswith("file:"):
+            publisher = FileNodePublisher(Path(settings.node_sink.removeprefix("file:")))
+        else:
+            publisher = KubeNodePublisher(kube(), settings.api_timeout_s)
+        view: KubeletView = (
+            PodResourcesClient(settings.pod_resources_socket)
+            if settings.pod_resources_socket
+            else NoKubeletView()
+        )
+        return cls(settings, nvml, topology, pods, publisher, view)
+
+    def start(self) -> None:
+        """Serve every resource, register, and start the watcher, health, publishing and
+        metrics threads.
+
+        Raises:
+            PluginError: the device-plugin directory or the metrics port is unusable.
+        """
+        s = self.settings
+        if not s.device_plugin_dir.is_dir():
+            raise PluginError(f"device-plugin directory {s.device_plugin_dir} does not exist")
+        if s.metrics_port:
+            try:
+                self._metrics_server = self.metrics.serve(s.metrics_port, s.metrics_host)
+            except OSError as exc:
+                raise PluginError(f"metrics port {s.metrics_port}: {exc.strerror or exc}") from None
+        try:
+            for server in self.servers:
+                server.start()
+        except OSError as exc:
+            self.stop()
+            raise PluginError(str(exc)) from None
+        uuids = [g.uuid for g in self.topology.gpus]
+        start_nvml_watch(self.nvml, uuids, self.health, self.stop_event)
+        if s.fake_xid_file is not None:
+            start_xid_file_feeder(s.fake_xid_file, self.nvml.inject_xid, self.stop_event)
+        self.publish_loop.start(self.stop_event)
+        self.watcher.check()
+        self.watcher.start(self.stop_event)
+        log.info(
+            "gputopo device plugin up on node %s: %d x %s (class %s), resources %s",
+            s.node_name,
+            self.topology.size,
+            self.topology.gpus[0].name,
+            self.topology.topology_class,
+            ", ".join(r.name for r in RESOURCES),
+        )
+
+    def stop(self) -> None:
+        """Stop everything and remove our sockets (idempotent)."""
+        self.stop_event.set()
+        self.health.wake()
+        self.publish_loop.wake()
+        for server in self.servers:
+            server.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+        close = getattr(self.view, "close", None)
+        if callable(close):
+            close()
+
+    def run_until_signalled(self) -> None:
+        """:meth:`start`, block until SIGTERM or SIGINT, then :meth:`stop`."""
+
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+        self.start()
+        try:
+            while not self.stop_event.wait(0.5):
+                pass
+        finally:
+            self.stop()
+            log.info("stopped; sockets removed")

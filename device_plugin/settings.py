@@ -1,0 +1,229 @@
+"""Device-plugin settings: flags > environment > config file > defaults.
+
+Every setting has a flag (``gputopo device-plugin --<name-with-dashes>``), an environment
+variable ``GPUTOPO_DP_<NAME>`` (``node_name`` also reads the Downward-API ``NODE_NAME``), and a
+key in the YAML/JSON config file given by ``--config`` / ``GPUTOPO_DP_CONFIG`` (keys in
+snake_case or with dashes). Settings are resolved once, by :func:`load_settings`, never at
+import time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any
+
+import yaml
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from device_plugin.api import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
+
+#: Default memory granularity of ``gputopo.io/vgpu-memory`` devices, MiB per device.
+DEFAULT_VGPU_MEMORY_UNIT_MIB = 256
+#: Default Prometheus port (0 disables the endpoint).
+DEFAULT_METRICS_PORT = 9445
+
+
+class SettingsError(ValueError):
+    """Settings are invalid or the config file cannot be read; the message is one line."""
+
+
+_CONFIG_DATA: ContextVar[dict[str, Any]] = ContextVar("gputopo_dp_config")
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """Values from the config file loaded by :func:`load_settings` (lowest precedence but
+    the defaults)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        data = _CONFIG_DATA.get({})
+        return data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, value in _CONFIG_DATA.get({}).items():
+            if value is None:
+                continue
+            alias = self.settings_cls.model_fields[name].validation_alias
+            # Key the value as the other sources do (the first alias), so precedence holds.
+            key = alias.choices[0] if isinstance(alias, AliasChoices) else name
+            out[str(key)] = value
+        return out
+
+
+class DevicePluginSettings(BaseSettings):
+    """Everything ``gputopo device-plugin`` can be told.
+
+    Attributes:
+        device_plugin_dir: the kubelet's device-plugin directory (``kubelet.sock`` lives there;
+            the plugin creates one socket per resource in it).
+        node_name: this node's Kubernetes name (required; Downward API ``NODE_NAME``).
+        kubeconfig: kubeconfig file; unset = in-cluster service-account config.
+        fake_topology: a catalog machine name or a topology file: use the fake NVML fed by it
+            instead of the driver (test and demo nodes). Unset = real NVML.
+        metrics_port: Prometheus ``/metrics`` port on all interfaces; 0 disables it.
+        metrics_host: address the metrics endpoint binds.
+        vgpu_memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device (pods request memory
+            in these units; published on the node as ``gputopo.io/vgpu-memory-unit-mib``).
+        pod_resources_socket: the kubelet's pod-resources socket, used to tell which pod the
+            kubelet is admitting; "" disables (identity falls back to creation order).
+        mps_pipe_dir: host directory of the CUDA MPS control daemon's pipes, mounted into
+            fractional containers at the same path.
+        publish_interval_s: seconds between re-publications of the node's topology
+            annotation and labels (also re-published at once on a health change).
+        watch_interval_s: seconds between checks of ``kubelet.sock`` / our sockets.
+        allocate_wait_s: how long Allocate re-lists pods when no pending pod is found yet,
+            seconds.
+        api_timeout_s: timeout of each Kubernetes API call, seconds.
+        pod_source: ``kubernetes`` (default), or, for tests only, ``file:PATH`` (pods from a
+            JSON file; annotation patches kept in ``PATH.patches.json``).
+        node_sink: ``kubernetes`` (default), or, for tests only, ``file:PATH`` (the node's
+            published annotations and labels are written there as JSON).
+        fake_xid_file: tests only, with ``fake_topology``: a file the plugin polls; each new
+            line ``<gpu-index> <xid>`` is injected into the fake NVML as a critical XID.
+        log_level: ``DEBUG`` | ``INFO`` | ``WARNING`` | ``ERROR``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="GPUTOPO_DP_",
+        extra="forbid",
+        populate_by_name=True,
+        validate_default=True,
+    )
+
+    device_plugin_dir: Path = Path(DEFAULT_DEVICE_PLUGIN_DIR)
+    node_name: Annotated[
+        str,
+        Field(validation_alias=AliasChoices("GPUTOPO_DP_NODE_NAME", "NODE_NAME")),
+    ] = ""
+    kubeconfig: Path | None = None
+    fake_topology: str | None = None
+    metrics_port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_METRICS_PORT
+    metrics_host: str = "0.0.0.0"
+    vgpu_memory_unit_mib: Annotated[int, Field(ge=1, le=1 << 20)] = DEFAULT_VGPU_MEMORY_UNIT_MIB
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    mps_pipe_dir: Path = Path("/run/nvidia/mps")
+    publish_interval_s: Annotated[float, Field(gt=0)] = 60.0
+    watch_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    allocate_wait_s: Annotated[float, Field(ge=0, le=60)] = 2.0
+    api_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
+    pod_source: str = "kubernetes"
+    node_sink: str = "kubernetes"
+    fake_xid_file: Path | None = None
+    log_level: str = "INFO"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
+
+    @field_validator("node_name")
+    @classmethod
+    def _node_name(cls, v: str) -> str:
+        v = v.strip()
+        if len(v) > 253:
+            raise ValueError("node name longer than 253 characters")
+        return v
+
+    @field_validator("pod_source", "node_sink")
+    @classmethod
+    def _source(cls, v: str) -> str:
+        if v == "kubernetes" or (v.startswith("file:") and len(v) > len("file:")):
+            return v
+        raise ValueError(f"must be 'kubernetes' or 'file:PATH', got {v!r}")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, v: str) -> str:
+        level = v.strip().upper()
+        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ValueError(f"must be DEBUG, INFO, WARNING or ERROR, got {v!r}")
+        return level
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DevicePluginSettings:
+        if not self.node_name:
+            raise ValueError("node name is required (--node-name or the NODE_NAME variable)")
+        if self.fake_xid_file is not None and not self.fake_topology:
+            raise ValueError("fake_xid_file needs fake_topology (it feeds the fake NVML)")
+        return self
+
+    @property
+    def kubelet_socket(self) -> Path:
+        """``<device_plugin_dir>/kubelet.sock``."""
+        return self.device_plugin_dir / "kubelet.sock"
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML or JSON config file into field names (dashes become underscores).
+
+    Raises:
+        SettingsError: unreadable, not a mapping, or an unknown key (named).
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text) if text.strip() else {}
+    except yaml.YAMLError as exc:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError:
+            raise SettingsError(f"config file {path} is not YAML or JSON: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SettingsError(f"config file {path} must hold a mapping of settings")
+    data: dict[str, Any] = {}
+    known = set(DevicePluginSettings.model_fields)
+    for key, value in raw.items():
+        name = str(key).strip().lstrip("-").replace("-", "_")
+        if name not in known:
+            raise SettingsError(f"config file {path}: unknown setting {key!r}")
+        data[name] = value
+    return data
+
+
+def _one_line(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "settings"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    if where in ("settings", "__root__"):
+        return msg
+    return f"{where.replace('_', '-')}: {msg}"
+
+
+def load_settings(
+    flags: Mapping[str, Any] | None = None, config_file: Path | None = None
+) -> DevicePluginSettings:
+    """Resolve settings: ``flags`` (values that are None are unset) > ``GPUTOPO_DP_*`` /
+    ``NODE_NAME`` > ``config_file`` (or ``GPUTOPO_DP_CONFIG``) > defaults.
+
+    Raises:
+        SettingsError: a value is invalid or missing (one line naming the setting).
+    """
+    import os
+
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    path = config_file
+    if path is None and os.environ.get("GPUTOPO_DP_CONFIG"):
+        path = Path(os.environ["GPUTOPO_DP_CONFIG"])
+    data = read_config_file(path) if path is not None else {}
+    token = _CONFIG_DATA.set(data)
+    try:
+        return DevicePluginSettings(**given)
+    except ValidationError as exc:
+        raise SettingsError(_one_line(exc)) from None
+    finally:
+        _CONFIG_DATA.reset(token)

@@ -1,0 +1,127 @@
+"""``gputopo device-plugin``: run the kubelet device plugin on this node.
+
+Every flag can also come from ``GPUTOPO_DP_<NAME>`` (``NODE_NAME`` for the node) or the
+``--config`` file; flags win, then the environment, then the file, then the defaults (see
+:mod:`device_plugin.settings`). Bad flags exit 2 with one line; a plugin that cannot start
+(no NVML, no device-plugin directory, no Kubernetes config) exits 1 with one line.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gputopo_cli.common import fail
+
+_DIR = "kubelet device-plugin directory (default: /var/lib/kubelet/device-plugins/)"
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``device-plugin`` command."""
+
+    @app.command(
+        "device-plugin",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    def device_plugin(
+        ctx: typer.Context,
+        device_plugin_dir: Annotated[str | None, typer.Option(help=_DIR)] = None,
+        node_name: Annotated[
+            str | None, typer.Option(help="this node's name (env: NODE_NAME)")
+        ] = None,
+        kubeconfig: Annotated[
+            str | None, typer.Option(help="kubeconfig file (default: in-cluster)")
+        ] = None,
+        fake_topology: Annotated[
+            str | None,
+            typer.Option(help="CATALOG|FILE: fake NVML fed by this topology (test nodes)"),
+        ] = None,
+        metrics_port: Annotated[
+            str | None, typer.Option(help="Prometheus port, 0 = off (default: 9445)")
+        ] = None,
+        metrics_host: Annotated[
+            str | None, typer.Option(help="metrics bind address (default: 0.0.0.0)")
+        ] = None,
+        vgpu_memory_unit_mib: Annotated[
+            str | None, typer.Option(help="MiB per gputopo.io/vgpu-memory device (default: 256)")
+        ] = None,
+        pod_resources_socket: Annotated[
+            str | None,
+            typer.Option(
+                help="kubelet pod-resources socket, '' = off (default: /var/lib/kubelet/pod-resources/kubelet.sock)"
+            ),
+        ] = None,
+        mps_pipe_dir: Annotated[
+            str | None, typer.Option(help="host CUDA MPS pipe directory (default: /run/nvidia/mps)")
+        ] = None,
+        publish_interval: Annotated[
+            str | None, typer.Option(help="seconds between topology re-publications (default: 60)")
+        ] = None,
+        log_level: Annotated[
+            str | None, typer.Option(help="DEBUG|INFO|WARNING|ERROR (default: INFO)")
+        ] = None,
+        config: Annotated[
+            str | None, typer.Option(help="YAML/JSON settings file (env: GPUTOPO_DP_CONFIG)")
+        ] = None,
+        # --- test-only, hidden -------------------------------------------------------------
+        pod_source: Annotated[
+            str | None, typer.Option(hidden=True, help="kubernetes | file:PATH (tests)")
+        ] = None,
+        node_sink: Annotated[
+            str | None, typer.Option(hidden=True, help="kubernetes | file:PATH (tests)")
+        ] = None,
+        fake_xid_file: Annotated[
+            str | None,
+            typer.Option(
+                hidden=True, help="lines '<index> <xid>' injected into the fake NVML (tests)"
+            ),
+        ] = None,
+        watch_interval: Annotated[
+            str | None, typer.Option(hidden=True, help="kubelet.sock poll period, s")
+        ] = None,
+        allocate_wait: Annotated[
+            str | None, typer.Option(hidden=True, help="Allocate re-list window, s")
+        ] = None,
+    ) -> None:
+        """Run the gputopo device plugin: advertise nvidia.com/gpu, gputopo.io/vgpu-core and
+        gputopo.io/vgpu-memory to the kubelet, publish the node's topology, and hand each
+        container exactly the GPUs the gputopo extender chose for its pod."""
+        if ctx.args:
+            fail(f"unknown option or argument {ctx.args[0]!r} (see gputopo device-plugin --help)")
+        from device_plugin.plugin import DevicePlugin, PluginError
+        from device_plugin.settings import SettingsError, load_settings
+
+        flags = {
+            "device_plugin_dir": device_plugin_dir,
+            "node_name": node_name,
+            "kubeconfig": kubeconfig,
+            "fake_topology": fake_topology,
+            "metrics_port": metrics_port,
+            "metrics_host": metrics_host,
+            "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
+            "pod_resources_socket": pod_resources_socket,
+            "mps_pipe_dir": mps_pipe_dir,
+            "publish_interval_s": publish_interval,
+            "log_level": log_level,
+            "pod_source": pod_source,
+            "node_sink": node_sink,
+            "fake_xid_file": fake_xid_file,
+            "watch_interval_s": watch_interval,
+            "allocate_wait_s": allocate_wait,
+        }
+        try:
+            settings = load_settings(flags, Path(config) if config else None)
+        except SettingsError as exc:
+            fail(str(exc))
+        logging.basicConfig(
+            level=settings.log_level,
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        try:
+            plugin = DevicePlugin.build(settings)
+            plugin.run_until_signalled()
+        except PluginError as exc:
+            fail(str(exc), code=1)
