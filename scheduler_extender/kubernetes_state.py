@@ -168,6 +168,26 @@ class KubernetesState:
             t.start()
             self._threads.append(t)
 
+    def start_background(self, retry_s: float = 2.0) -> threading.Thread:
+        """:meth:`start` in a daemon thread, retrying the initial list until it succeeds
+        (the HTTP server answers ``/healthz`` meanwhile; ``/readyz`` says not ready)."""
+
+        def run() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.start()
+                    log.info("cluster state synced: %d nodes, %d allocations",
+                             len(self._node_ann), len(self.book.all()))
+                    return
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("initial list failed: %s; retrying in %.0fs", exc, retry_s)
+                    if self._stop.wait(retry_s):
+                        return
+
+        t = threading.Thread(target=run, daemon=True, name="gputopo-state-sync")
+        t.start()
+        return t
+
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop the watcher threads (they exit at their next event or timeout)."""
         self._stop.set()

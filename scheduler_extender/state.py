@@ -410,11 +410,13 @@ def parse_nodes_spec(spec: str) -> list[tuple[str, Topology]]:
 
 @dataclass
 class BoundPod:
-    """A pod the memory backend has bound: its node and the annotations bind wrote."""
+    """A pod the memory backend has bound: its node, the annotations bind wrote and the
+    decision (None for a pod without gputopo resources)."""
 
     pod: PodRef
     node: str
     annotations: dict[str, str]
+    decision: Decision | None = None
 
 
 class MemoryState:
@@ -498,7 +500,7 @@ class MemoryState:
         """Record the binding and the annotations bind would write; confirms the reservation."""
         ann = assignment_annotations(decision, node) if decision is not None else {}
         with self._lock:
-            self._bound[str(pod)] = BoundPod(pod, node, ann)
+            self._bound[str(pod)] = BoundPod(pod, node, ann, decision)
         alloc = self.book.get(pod.key)
         if alloc is not None and not alloc.confirmed:
             self.book.add(

@@ -1,0 +1,98 @@
+"""``gputopo extender`` (serve the kube-scheduler extender) and ``gputopo demo``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from gputopo_cli.common import fail
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``extender`` and ``demo`` to the CLI."""
+
+    @app.command()
+    def extender(
+        host: Annotated[str | None, typer.Option("--host", help="listen address (default 127.0.0.1)")] = None,
+        port: Annotated[int | None, typer.Option("--port", help="listen port (default 8888; 0 = any free port)")] = None,
+        tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate: serve HTTPS (with --tls-key)")] = None,
+        tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert")] = None,
+        log_level: Annotated[str | None, typer.Option("--log-level", help="debug | info | warning | error")] = None,
+        policy: Annotated[str | None, typer.Option("--policy", help="default placement policy (pods may override with gputopo.io/policy)")] = None,
+        state: Annotated[str | None, typer.Option("--state", help="kubernetes (list/watch the API; default) | memory (catalog nodes)")] = None,
+        nodes: Annotated[str | None, typer.Option("--nodes", help="memory state nodes: CATALOG:COUNT[,CATALOG:COUNT...] (default dgx1-v100:4)")] = None,
+        kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")] = None,
+        config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_EXTENDER_* env > file > defaults)")] = None,
+    ) -> None:
+        """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
+        import uvicorn
+
+        from scheduler_extender.app import create_app
+        from scheduler_extender.kubernetes_state import ApiError, KubernetesState
+        from scheduler_extender.settings import SettingsError, load_settings
+        from scheduler_extender.state import ClusterState, MemoryState
+
+        try:
+            settings = load_settings(
+                {
+                    "host": host, "port": port, "tls_cert": tls_cert, "tls_key": tls_key,
+                    "log_level": log_level, "policy": policy, "state": state, "nodes": nodes,
+                    "kubeconfig": kubeconfig,
+                },
+                config,
+            )  # fmt: skip
+        except SettingsError as exc:
+            fail(str(exc))
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        backend: ClusterState
+        if settings.state == "memory":
+            backend = MemoryState.from_spec(settings.nodes)
+        else:
+            try:
+                kube = KubernetesState(kubeconfig=settings.kubeconfig)
+            except ApiError as exc:
+                fail(str(exc))
+            kube.start_background()
+            backend = kube
+        app_ = create_app(settings, backend)
+        logging.getLogger("gputopo.extender").info(
+            "extender: policy=%s state=%s on %s://%s:%d", settings.policy, settings.state,
+            "https" if settings.tls_cert else "http", settings.host, settings.port,
+        )  # fmt: skip
+        uvicorn.run(
+            app_, host=settings.host, port=settings.port,
+            ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
+            ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
+            log_level=settings.log_level, access_log=settings.log_level == "debug",
+        )  # fmt: skip
+
+    @app.command()
+    def demo(
+        nodes: Annotated[str, typer.Option("--nodes", help="cluster: CATALOG:COUNT[,CATALOG:COUNT...]")] = "dgx1-v100:4",
+        pods: Annotated[int, typer.Option("--pods", min=1, max=100_000, help="pods in the stream")] = 40,
+        seed: Annotated[int, typer.Option("--seed", help="random seed of the pod stream")] = 7,
+        port: Annotated[int, typer.Option("--port", min=0, max=65535, help="loopback port of the extender (0 = any free port)")] = 0,
+    ) -> None:
+        """Stream seeded GPU pods through a real extender on loopback; compare with baseline.
+
+        The extender (memory state) runs in-process; each pod goes through POST /filter,
+        /prioritize and /bind as kube-scheduler would send them. The summary compares the
+        predicted EffBW of the sensitive multi-GPU jobs with lowest-index placement.
+        """
+        from scheduler_extender.demo import run_demo
+        from scheduler_extender.state import NodesSpecError, parse_nodes_spec
+
+        try:
+            parse_nodes_spec(nodes)
+        except NodesSpecError as exc:
+            fail(str(exc))
+        try:
+            run_demo(nodes=nodes, pods=pods, seed=seed, port=port)
+        except OSError as exc:
+            fail(f"cannot start the extender on 127.0.0.1:{port}: {exc.strerror or exc}")
