@@ -1,0 +1,174 @@
+"""Concurrent binds never hand out a GPU twice, and never more than a node has."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+import httpx
+from hypothesis import given
+from hypothesis import strategies as st
+
+from scheduler_extender.app import create_app
+from scheduler_extender.contract import parse_assignment
+from scheduler_extender.demo import http_client, serve
+from scheduler_extender.extender import Extender
+from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+from scheduler_extender.settings import ExtenderSettings
+from scheduler_extender.state import MemoryState
+from tests.scheduler_extender.helpers import POLICY, bind_args, gpu_pod, names_args
+from topology import catalog
+from topology.policies.base import FULL_CORE
+
+
+def _filter(ext: Extender, pod: dict[str, Any], nodes: list[str]) -> dict[str, Any]:
+    return ext.filter(ExtenderArgs.model_validate(names_args(pod, nodes)))
+
+
+def _bind(ext: Extender, pod: dict[str, Any], node: str) -> dict[str, str]:
+    return ext.bind(ExtenderBindingArgs.model_validate(bind_args(pod, node)))
+
+
+def assert_consistent(state: MemoryState) -> None:
+    """Per GPU: at most one whole holder and never whole + shares; shares fit the GPU."""
+    whole: dict[tuple[str, int], int] = defaultdict(int)
+    core: dict[tuple[str, int], int] = defaultdict(int)
+    mem: dict[tuple[str, int], int] = defaultdict(int)
+    for a in state.allocations():
+        topo = state.node_topology(a.node)
+        assert not isinstance(topo, Exception)
+        for g in a.gpus:
+            assert 0 <= g < topo.size
+            if a.fractional:
+                core[(a.node, g)] += a.core_percent
+                mem[(a.node, g)] += a.memory_mib
+                assert mem[(a.node, g)] <= topo.gpus[g].memory_mib
+            else:
+                whole[(a.node, g)] += 1
+    for key, n in whole.items():
+        assert n == 1, f"GPU {key} handed out {n} times"
+        assert core[key] == 0 and mem[key] == 0, f"GPU {key} both whole and shared"
+    for key, total in core.items():
+        assert total <= FULL_CORE, f"GPU {key} shares exceed one GPU: {total}%"
+    per_node: dict[str, int] = defaultdict(int)
+    for (node, _), _n in whole.items():
+        per_node[node] += 1
+    for node, used in per_node.items():
+        topo = state.node_topology(node)
+        assert not isinstance(topo, Exception) and used <= topo.size
+
+
+def test_sixteen_threads_race_for_one_node() -> None:
+    state = MemoryState({"n0": catalog.get("dgx1-v100")})
+    ext = Extender(state, POLICY)
+    pods = [gpu_pod(f"p{i:02d}", 2) for i in range(16)]
+    for p in pods:  # every pod passes filter on the idle node
+        assert _filter(ext, p, ["n0"])["NodeNames"] == ["n0"]
+    barrier = threading.Barrier(len(pods))
+    results: dict[str, dict[str, str]] = {}
+
+    def go(p: dict[str, Any]) -> None:
+        barrier.wait()
+        results[p["metadata"]["name"]] = _bind(ext, p, "n0")
+
+    threads = [threading.Thread(target=go, args=(p,)) for p in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    ok = sorted(n for n, r in results.items() if r["Error"] == "")
+    assert len(results) == 16 and len(ok) == 4
+    assert all("only 0 of 8 GPUs free" in r["Error"] for r in results.values() if r["Error"])
+    handed = []
+    for name in ok:
+        rec = state.bound_pod("default", name)
+        assert rec is not None
+        handed += parse_assignment(rec.annotations).gpu_indices
+    assert sorted(handed) == list(range(8))
+    assert_consistent(state)
+
+
+def test_race_over_real_http() -> None:
+    """The same race through uvicorn: binds run in the server's thread pool."""
+    state = MemoryState({"n0": catalog.get("dgx1-v100")})
+    app = create_app(ExtenderSettings(policy=POLICY, state="memory"), state)
+    pods = [gpu_pod(f"h{i:02d}", 2) for i in range(16)]
+    results: list[str] = []
+    with serve(app) as url:
+        with http_client(url) as c:
+            for p in pods:
+                assert c.post("/filter", json=names_args(p, ["n0"])).json()["NodeNames"] == ["n0"]
+        barrier = threading.Barrier(len(pods))
+
+        def go(p: dict[str, Any]) -> None:
+            with httpx.Client(base_url=url, timeout=30) as c:
+                barrier.wait()
+                results.append(c.post("/bind", json=bind_args(p, "n0")).json()["Error"])
+
+        threads = [threading.Thread(target=go, args=(p,)) for p in pods]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert len(results) == 16 and results.count("") == 4
+    assert sorted(g for a in state.allocations() for g in a.gpus) == list(range(8))
+    assert_consistent(state)
+
+
+NODES = {"a0": "dgx1-v100", "a1": "dgx1-v100", "b0": "gaia-4gpu"}
+
+pod_requests = st.one_of(
+    st.tuples(st.just("whole"), st.integers(1, 8)),
+    st.tuples(st.just("share"), st.integers(5, 100), st.sampled_from([0, 1024, 8000, 16000])),
+)
+
+
+def _pod_for(name: str, spec: tuple[Any, ...]) -> dict[str, Any]:
+    if spec[0] == "whole":
+        return gpu_pod(name, spec[1])
+    limits = {"gputopo.io/vgpu-core": str(spec[1]), "gputopo.io/vgpu-memory": str(spec[2])}
+    return gpu_pod(name, resources={"limits": limits})
+
+
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.lists(st.tuples(pod_requests, st.sampled_from(sorted(NODES))), min_size=1,
+                     max_size=4),
+            st.lists(st.integers(0, 50), max_size=3),  # pods to delete after the batch
+        ),
+        min_size=1, max_size=8,
+    )
+)
+def test_random_streams_never_double_allocate(
+    batches: list[tuple[list[tuple[tuple[Any, ...], str]], list[int]]],
+) -> None:
+    state = MemoryState({n: catalog.get(m) for n, m in NODES.items()})
+    ext = Extender(state, POLICY)
+    live: list[str] = []
+    serial = 0
+    for binds, deletions in batches:
+        pods = []
+        for spec, node in binds:
+            serial += 1
+            p = _pod_for(f"r{serial}", spec)
+            _filter(ext, p, sorted(NODES))
+            pods.append((p, node))
+        out: list[tuple[str, str]] = []
+
+        def go(p: dict[str, Any], node: str, sink: list[tuple[str, str]]) -> None:
+            sink.append((p["metadata"]["name"], _bind(ext, p, node)["Error"]))
+
+        threads = [threading.Thread(target=go, args=(p, n, out)) for p, n in pods]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        live += [name for name, err in out if err == ""]
+        assert_consistent(state)
+        for i in deletions:
+            if live:
+                state.delete_pod("default", live.pop(i % len(live)))
+        assert_consistent(state)
+        assert {a.pod.name for a in state.allocations()} == set(live)

@@ -1,0 +1,205 @@
+"""KubernetesState over a fake API: rebuild from annotations, frees on deletion, in-flight
+reservations confirmed by the watch, rollback on API failure, 410 Gone relists."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from scheduler_extender.contract import (
+    ANN_GPU_INDICES,
+    OUTPUT_ANNOTATIONS,
+    assignment_annotations,
+)
+from scheduler_extender.extender import Extender
+from scheduler_extender.kubernetes_state import KubernetesState
+from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+from scheduler_extender.state import ClusterState, NodeTopologyError
+from tests.scheduler_extender.fake_kube import FakeKubeAPI
+from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
+from topology import catalog
+from topology.policies.base import NodeState, Request
+from topology.policies.evaluate import place
+
+DGX = catalog.get("dgx1-v100")
+
+
+def wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Poll until ``cond`` holds (the watch threads are asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+def annotated(gpus: tuple[int, ...], node: str) -> dict[str, str]:
+    """Output annotations of a decision on exactly ``gpus`` of a DGX-1."""
+    d = place("baseline", DGX, NodeState.whole(set(range(8)) - set(gpus)),
+              Request(count=len(gpus)))
+    assert d.gpus == gpus
+    return assignment_annotations(d, node)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKubeAPI]:
+    api = FakeKubeAPI()
+    api.add_node("n0", DGX)
+    api.add_node("n1", DGX)
+    api.add_node("bare", None)
+    api.add_pod("running", "u-run", node="n0", annotations=annotated((0, 1, 2, 3), "n0"),
+                phase="Running")
+    api.add_pod("finished", "u-done", node="n1", annotations=annotated((0, 1), "n1"),
+                phase="Succeeded")
+    api.add_pod("plain", "u-plain", node="n1", phase="Running")
+    yield api
+    api.close()
+
+
+@pytest.fixture
+def kube(fake: FakeKubeAPI) -> Iterator[KubernetesState]:
+    state = KubernetesState(fake, watch_timeout_s=1)
+    assert not state.ready()
+    state.start()
+    yield state
+    fake.close()
+    state.stop()
+
+
+def used(state: ClusterState, node: str) -> tuple[int, ...]:
+    return tuple(sorted(i for i, u in state.node_state(node).usage.items() if not u.idle))
+
+
+def test_rebuild_from_annotations_and_restart(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    assert isinstance(kube, ClusterState)
+    assert kube.ready()
+    assert used(kube, "n0") == (0, 1, 2, 3)
+    assert used(kube, "n1") == ()  # the Succeeded pod holds nothing
+    assert kube.node_topology("n0") == DGX
+    bare = kube.node_topology("bare")
+    assert isinstance(bare, NodeTopologyError)
+    assert str(bare) == "node has no gputopo.io/topology annotation"
+    assert "unknown" in str(kube.node_topology("ghost"))
+    # a restarted extender sees exactly the same
+    again = KubernetesState(fake)
+    again.resync_nodes()
+    again.resync_pods()
+    assert used(again, "n0") == (0, 1, 2, 3)
+    ext = Extender(again, POLICY)
+    res = ext.filter(ExtenderArgs.model_validate(names_args(gpu_pod("big", 8), ["n0", "n1"])))
+    assert res["NodeNames"] == ["n1"]
+    assert res["FailedNodes"] == {"n0": "only 4 of 8 GPUs free; the pod asks for 8"}
+
+
+def test_deletion_and_termination_free_gpus(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    fake.add_pod("other", "u-other", node="n1", annotations=annotated((4, 5), "n1"),
+                 phase="Running", emit=True)
+    wait_for(lambda: used(kube, "n1") == (4, 5), "the new pod's allocation")
+    fake.update_pod("u-other", lambda p: p["status"].update(phase="Failed"))
+    wait_for(lambda: used(kube, "n1") == (), "a failed pod to free its GPUs")
+    fake.delete_pod("u-run")
+    wait_for(lambda: used(kube, "n0") == (), "a deleted pod to free its GPUs")
+    assert kube.pod_uid("default", "running") is None
+
+
+def bind_through(ext: Extender, fake: FakeKubeAPI, name: str, uid: str, node: str,
+                 gpus: int = 2) -> dict[str, str]:
+    pod = fake.add_pod(name, uid, gpus=gpus, emit=True)
+    ext.filter(ExtenderArgs.model_validate(names_args(pod, [node])))
+    return ext.bind(ExtenderBindingArgs(PodName=name, PodNamespace="default", PodUID=uid,
+                                        Node=node))
+
+
+def test_reservation_until_the_watch_confirms(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    ext = Extender(kube, POLICY)
+    assert bind_through(ext, fake, "new", "u-new", "n1") == {"Error": ""}
+    # annotations were patched before the Binding was created
+    kinds = [c[0] for c in fake.calls]
+    assert kinds == ["patch", "bind"]
+    held = kube.allocation("u-new")
+    assert held is not None and not held.confirmed and held.node == "n1"
+    # a relist that does not yet show the annotations keeps the in-flight reservation
+    stale = fake.pods["u-new"]["metadata"]["annotations"]
+    fake.pods["u-new"]["metadata"]["annotations"] = {}
+    kube.resync_pods()
+    assert kube.allocation("u-new") is not None
+    fake.pods["u-new"]["metadata"]["annotations"] = stale
+    # the watch delivers the annotated, bound pod: confirmed, same GPUs
+    fake.update_pod("u-new", lambda p: None)
+    wait_for(lambda: (a := kube.allocation("u-new")) is not None and a.confirmed, "confirmation")
+    confirmed = kube.allocation("u-new")
+    assert confirmed is not None and confirmed.gpus == held.gpus
+    assert fake.pods["u-new"]["spec"]["nodeName"] == "n1"
+    ann_gpus = tuple(int(g) for g in stale[ANN_GPU_INDICES].split(","))
+    assert ann_gpus == held.gpus
+
+
+def test_reservation_dropped_when_pod_disappears(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    ext = Extender(kube, POLICY)
+    assert bind_through(ext, fake, "gone", "u-gone", "n1") == {"Error": ""}
+    assert kube.allocation("u-gone") is not None
+    fake.delete_pod("u-gone")
+    wait_for(lambda: kube.allocation("u-gone") is None, "the reservation to go")
+    assert used(kube, "n1") == ()
+
+
+@pytest.mark.parametrize("failing", ["patch", "bind"])
+def test_api_failure_rolls_back(fake: FakeKubeAPI, kube: KubernetesState, failing: str) -> None:
+    ext = Extender(kube, POLICY)
+    if failing == "patch":
+        fake.fail_patch = "500 Internal Server Error: etcd is sad"
+    else:
+        fake.fail_binding = '409 Conflict: pod "x" is already assigned to node "n0"'
+    res = bind_through(ext, fake, "x", "u-x", "n1")
+    assert res["Error"].startswith("cannot annotate pod" if failing == "patch" else "cannot bind")
+    assert kube.allocation("u-x") is None and used(kube, "n1") == ()
+    ann: dict[str, Any] = fake.pods["u-x"]["metadata"]["annotations"]
+    assert not set(ann) & set(OUTPUT_ANNOTATIONS)  # nothing left behind
+    fake.fail_patch = fake.fail_binding = None
+    assert ext.bind(ExtenderBindingArgs(PodName="x", PodNamespace="default", PodUID="u-x",
+                                        Node="n1")) == {"Error": ""}
+
+
+def test_pod_uid_must_match(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    ext = Extender(kube, POLICY)
+    fake.add_pod("twin", "u-twin-2", emit=True)
+    wait_for(lambda: kube.pod_uid("default", "twin") == "u-twin-2", "the pod in the index")
+    res = ext.bind(ExtenderBindingArgs(PodName="twin", PodNamespace="default",
+                                       PodUID="u-twin-1", Node="n1"))
+    assert "does not match" in res["Error"]
+    assert fake.calls == []
+
+
+def test_bind_without_filter_fetches_the_pod(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    """An extender restarted between filter and bind reads the pod from the API."""
+    ext = Extender(kube, POLICY)
+    fake.add_pod("late", "u-late", gpus=3)
+    res = ext.bind(ExtenderBindingArgs(PodName="late", PodNamespace="default",
+                                       PodUID="u-late", Node="n1"))
+    assert res == {"Error": ""}
+    held = kube.allocation("u-late")
+    assert held is not None and len(held.gpus) == 3
+
+
+def test_watch_410_relists(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    before = fake.lists["pods"]
+    # a change the watch will miss, then 410 Gone: the relist must pick it up
+    fake.add_pod("missed", "u-missed", node="n1", annotations=annotated((6, 7), "n1"),
+                 phase="Running")
+    fake.expire("pods")
+    wait_for(lambda: fake.lists["pods"] > before, "a relist after 410")
+    wait_for(lambda: used(kube, "n1") == (6, 7), "the missed pod's allocation")
+    # and the watch keeps working afterwards
+    fake.delete_pod("u-missed")
+    wait_for(lambda: used(kube, "n1") == (), "deletion after the relist")
+
+
+def test_node_annotation_changes_are_watched(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    fake.add_node("late-node", DGX, emit=True)
+    wait_for(lambda: kube.node_topology("late-node") == DGX, "the new node")
+    fake.push("nodes", "DELETED", fake.nodes["late-node"])
+    wait_for(lambda: isinstance(kube.node_topology("late-node"), NodeTopologyError),
+             "node deletion")

@@ -1,0 +1,103 @@
+"""Pod → Request: resource arithmetic, annotations and the errors they produce."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from scheduler_extender.podspec import (
+    PodSpecError,
+    parse_pod,
+    pod_resources,
+    request_from_pod,
+)
+from topology.patterns import ring
+
+
+def pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None,
+        annotations: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": containers}
+    if init is not None:
+        spec["initContainers"] = init
+    return {"metadata": {"name": "p", "annotations": annotations or {}}, "spec": spec}
+
+
+def c(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None = None,
+      **extra: Any) -> dict[str, Any]:
+    return {"name": "c", "resources": {"limits": limits or {}, "requests": requests or {}},
+            **extra}
+
+
+GPU = "nvidia.com/gpu"
+CORE = "gputopo.io/vgpu-core"
+MEM = "gputopo.io/vgpu-memory"
+
+
+def test_containers_sum_and_limits_win() -> None:
+    p = pod([c({GPU: "2"}, {GPU: "1"}), c(None, {GPU: "3"}), c({GPU: 1})])
+    assert pod_resources(p)[GPU] == 6
+
+
+def test_init_containers_take_the_max_and_sidecars_add() -> None:
+    p = pod([c({GPU: "2"})], init=[c({GPU: "4"}), c({GPU: "1"})])
+    assert pod_resources(p)[GPU] == 4
+    sidecar = c({GPU: "1"}, restartPolicy="Always")
+    p = pod([c({GPU: "2"})], init=[sidecar, c({GPU: "2"})])
+    assert pod_resources(p)[GPU] == 3  # max(2 + 1 sidecar, 1 + 2 init)
+
+
+def test_whole_request_with_annotations() -> None:
+    p = pod([c({GPU: "4"})], annotations={
+        "gputopo.io/pattern": "ring", "gputopo.io/bandwidth-sensitive": "FALSE",
+        "gputopo.io/policy": "baseline"})
+    parsed = parse_pod(p)
+    assert parsed is not None
+    assert parsed.request.count == 4 and parsed.request.pattern == ring(4)
+    assert parsed.request.bandwidth_sensitive is False and parsed.policy == "baseline"
+
+
+def test_defaults() -> None:
+    r = request_from_pod(pod([c({GPU: "3"})]))
+    assert r is not None and r.pattern is None and r.bandwidth_sensitive is None
+    assert r.sensitive  # multi-GPU default
+    assert parse_pod(pod([c({GPU: "3"})])).policy is None  # type: ignore[union-attr]
+
+
+def test_fractional() -> None:
+    r = request_from_pod(pod([c({CORE: "30", MEM: "4096"})]))
+    assert r is not None and r.fractional and r.core_percent == 30 and r.memory_mib == 4096
+    r = request_from_pod(pod([c({MEM: "2048"})]))
+    assert r is not None and r.fractional and r.core_percent == 0 and r.memory_mib == 2048
+
+
+def test_pass_through() -> None:
+    assert request_from_pod(pod([c({"cpu": "2"}, {"memory": "1Gi"})])) is None
+    assert request_from_pod(pod([c({GPU: "0"})])) is None
+    assert parse_pod(pod([])) is None
+
+
+@pytest.mark.parametrize(("p", "needle"), [
+    (pod([c({GPU: "500Mi"})]), "not a whole number"),
+    (pod([c({GPU: "0.5"})]), "not a whole number"),
+    (pod([c({GPU: "1k"})]), "not a whole number"),
+    (pod([c({GPU: True})]), "not an integer"),
+    (pod([c({GPU: -1})]), "negative"),
+    (pod([c({MEM: "4Gi"})]), "whole number MiB"),
+    (pod([c({GPU: "2", CORE: "50"})]), "ask for one kind"),
+    (pod([c({GPU: "2"}), c({MEM: "100"})]), "ask for one kind"),
+    (pod([c({CORE: "101"})]), "more than one GPU"),
+    (pod([c({GPU: "2"})], annotations={"gputopo.io/pattern": "star"}), "bad pattern"),
+    (pod([c({GPU: "2"})], annotations={"gputopo.io/pattern": "0-1,1-2"}), "names GPU 2"),
+    (pod([c({CORE: "50"})], annotations={"gputopo.io/pattern": "0-1"}), "names GPU 1"),
+    (pod([c({GPU: "2"})], annotations={"gputopo.io/bandwidth-sensitive": "1"}), "\"true\""),
+    (pod([c({GPU: "2"})], annotations={"gputopo.io/policy": "nope"}), "unknown policy"),
+    ({"metadata": {"name": "p"}}, "no spec"),
+    ({"metadata": {"name": "p"}, "spec": {"containers": "x"}}, "not a list"),
+    (pod([{"name": "c", "resources": {"limits": ["x"]}}]), "not an object"),
+])
+def test_errors(p: dict[str, Any], needle: str) -> None:
+    with pytest.raises(PodSpecError, match=None) as info:
+        parse_pod(p)
+    assert needle in str(info.value)
+    assert "\n" not in str(info.value)
