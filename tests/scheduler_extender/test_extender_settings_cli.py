@@ -1,0 +1,109 @@
+"""Settings precedence and validation; the ``extender`` and ``demo`` commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gputopo_cli.main import app
+from scheduler_extender.settings import ExtenderSettings, SettingsError, load_settings
+from scheduler_extender.state import MemoryState, NodesSpecError, parse_nodes_spec
+from tests.scheduler_extender.helpers import POLICY
+
+runner = CliRunner()
+
+
+def test_defaults() -> None:
+    s = ExtenderSettings()
+    assert (s.host, s.port, s.state, s.log_level) == ("127.0.0.1", 8888, "kubernetes", "info")
+    assert s.tls_cert is None and s.kubeconfig is None
+
+
+def test_precedence_cli_env_file_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "extender.yaml"
+    cfg.write_text("port: 7000\nhost: 0.0.0.0\nlog-level: WARNING\npolicy: baseline\n")
+    s = load_settings({}, cfg)
+    assert (s.port, s.host, s.log_level, s.policy) == (7000, "0.0.0.0", "warning", "baseline")
+    monkeypatch.setenv("GPUTOPO_EXTENDER_PORT", "7100")
+    monkeypatch.setenv("GPUTOPO_EXTENDER_STATE", "memory")
+    s = load_settings({}, cfg)
+    assert (s.port, s.host, s.state) == (7100, "0.0.0.0", "memory")
+    s = load_settings({"port": 7200, "host": None}, cfg)
+    assert (s.port, s.host) == (7200, "0.0.0.0")  # None = flag not given
+
+
+@pytest.mark.parametrize(("cli", "needle"), [
+    ({"policy": "fastest"}, "unknown policy 'fastest'"),
+    ({"state": "memory", "nodes": "dgx9:2"}, "unknown catalog machine 'dgx9'"),
+    ({"state": "memory", "nodes": "dgx1-v100:zero"}, "bad node count"),
+    ({"state": "etcd"}, "setting state"),
+    ({"port": 70000}, "setting port"),
+    ({"tls_cert": "/etc/hostname"}, "tls_cert and tls_key must be given together"),
+    ({"tls_cert": "/nope.pem", "tls_key": "/nope.key"}, "does not exist"),
+])
+def test_invalid_settings_are_one_line(cli: dict[str, object], needle: str) -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings(cli)
+    assert needle in str(info.value) and "\n" not in str(info.value)
+
+
+def test_bad_config_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("port: [1\n")
+    with pytest.raises(SettingsError, match="not valid YAML"):
+        load_settings({}, bad)
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(SettingsError, match="must be a mapping"):
+        load_settings({}, bad)
+    bad.write_text("prot: 1\n")
+    with pytest.raises(SettingsError, match="unknown setting"):
+        load_settings({}, bad)
+    with pytest.raises(SettingsError, match="cannot read config file"):
+        load_settings({}, tmp_path / "missing.yaml")
+
+
+def test_nodes_spec() -> None:
+    nodes = parse_nodes_spec("dgx1-v100:2, dgx1-v100 ,mapa-cubemesh-16:1")
+    assert [n for n, _ in nodes] == ["dgx1-v100-0", "dgx1-v100-1", "dgx1-v100-2",
+                                    "mapa-cubemesh-16-0"]
+    assert nodes[3][1].size == 16
+    assert MemoryState.from_spec("dgx1-v100:3").node_names() == [
+        "dgx1-v100-0", "dgx1-v100-1", "dgx1-v100-2"]
+    with pytest.raises(NodesSpecError, match="empty"):
+        parse_nodes_spec(" , ")
+
+
+@pytest.mark.parametrize("args", [
+    ["extender", "--policy", "fastest", "--state", "memory"],
+    ["extender", "--state", "memory", "--nodes", "nope:1"],
+    ["extender", "--state", "kubernetes", "--kubeconfig", "/does/not/exist"],
+    ["extender", "--tls-cert", "/etc/hostname", "--state", "memory"],
+    ["demo", "--nodes", "nope:2"],
+])
+def test_cli_bad_input_exits_2_with_one_line(args: list[str]) -> None:
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gputopo: error: ")
+    assert "Traceback" not in r.output
+
+
+def test_cli_extender_without_cluster_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside a cluster and without --kubeconfig: a clear error, not a stack trace."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    r = runner.invoke(app, ["extender", "--state", "kubernetes", "--policy", POLICY])
+    assert r.exit_code == 2
+    assert "in-cluster config" in r.output and "--kubeconfig" in r.output
+
+
+def test_cli_demo_runs_and_compares() -> None:
+    r = runner.invoke(app, ["demo", "--pods", "12", "--seed", "3"])
+    assert r.exit_code == 0, r.output
+    out = r.output
+    assert "POST /filter -> /prioritize" in out and "listening on http://127.0.0.1:" in out
+    assert "job-001" in out and "job-012" in out
+    assert "Bandwidth-sensitive multi-GPU jobs" in out
+    if POLICY != "baseline":
+        assert "baseline" in out and POLICY in out
