@@ -1,0 +1,502 @@
+"""The Helm chart: lint, render variants, what the objects say, and deploy/ drift.
+
+These need only the helm binary (no control plane); the API-server and kube-scheduler checks
+are in test_apiserver.py and test_scheduler.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from localcluster.chart import (
+    CHART_DIR,
+    DEPLOY_MANIFEST,
+    ChartError,
+    find_helm,
+    helm_template,
+    render_deploy_manifest,
+    render_manifests,
+    render_scheduler_config,
+    scheduler_config_from_manifests,
+)
+from scheduler_extender.contract import MANAGED_RESOURCES, RESOURCE_GPU
+from tests.deploy.helpers import EXTENDER_DNS, FAKE_VALUES, Obj, TlsMaterial, find, tls_values
+from topology import catalog
+from topology.policies.registry import get_policy
+
+REPO = Path(__file__).resolve().parents[2]
+def container(obj: Obj) -> Obj:
+    containers = obj["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    c: Obj = containers[0]
+    return c
+
+
+def sched_config(objs: list[Obj]) -> Obj:
+    cfg: Obj = yaml.safe_load(scheduler_config_from_manifests(objs))
+    return cfg
+
+
+def pinned_versions() -> dict[str, str]:
+    out = {}
+    for line in (REPO / "scripts" / "k8s-versions.env").read_text().splitlines():
+        m = re.match(r"^([A-Z0-9_]+)=(\S+)", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def values_defaults() -> Obj:
+    data: Obj = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    return data
+
+
+# ------------------------------------------------------------------ helm lint / template
+
+
+@pytest.mark.parametrize("variant", ["default", "tls", "fake"])
+def test_helm_lint_strict(helm_available: None, tls: TlsMaterial, variant: str,
+                          tmp_path: Path) -> None:
+    values = {"default": {}, "tls": tls_values(tls), "fake": FAKE_VALUES}[variant]
+    vfile = tmp_path / "values.yaml"
+    vfile.write_text(yaml.safe_dump(values))
+    proc = subprocess.run(
+        [str(find_helm()), "lint", "--strict", str(CHART_DIR), "--values", str(vfile)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "0 chart(s) failed" in proc.stdout
+
+
+def test_every_variant_renders_namespaced_labelled_objects(
+    variants: dict[str, list[Obj]],
+) -> None:
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    for name, objs in variants.items():
+        assert objs, name
+        for o in objs:
+            meta = o["metadata"]
+            assert meta["labels"]["app.kubernetes.io/part-of"] == "gputopo", (name, meta)
+            if o["kind"] in cluster_scoped:
+                assert "namespace" not in meta
+            elif o["kind"] == "RoleBinding" and meta["namespace"] == "kube-system":
+                assert meta["name"].endswith("extension-apiserver-authentication-reader")
+            else:
+                assert meta["namespace"] == "gputopo-system", (name, o["kind"], meta["name"])
+
+
+def test_default_objects(variants: dict[str, list[Obj]]) -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in variants["default"])
+    assert kinds == sorted([
+        ("ServiceAccount", "gputopo-extender"),
+        ("ClusterRole", "gputopo-extender"),
+        ("ClusterRoleBinding", "gputopo-extender"),
+        ("ConfigMap", "gputopo-extender"),
+        ("Service", "gputopo-extender"),
+        ("Deployment", "gputopo-extender"),
+        ("ServiceAccount", "gputopo-scheduler"),
+        ("ClusterRoleBinding", "gputopo-scheduler-kube-scheduler"),
+        ("ClusterRoleBinding", "gputopo-scheduler-volume-scheduler"),
+        ("RoleBinding", "gputopo-scheduler-extension-apiserver-authentication-reader"),
+        ("Role", "gputopo-scheduler-leader-election"),
+        ("RoleBinding", "gputopo-scheduler-leader-election"),
+        ("ConfigMap", "gputopo-scheduler"),
+        ("Deployment", "gputopo-scheduler"),
+        ("ServiceAccount", "gputopo-device-plugin"),
+        ("ClusterRole", "gputopo-device-plugin"),
+        ("ClusterRoleBinding", "gputopo-device-plugin"),
+        ("DaemonSet", "gputopo-device-plugin"),
+    ])
+
+
+# ------------------------------------------------------------------ extender
+
+
+def test_extender_deployment_probes_security_and_single_replica(
+    variants: dict[str, list[Obj]],
+) -> None:
+    dep = find(variants["default"], "Deployment", "gputopo-extender")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gputopo-extender"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    c = container(dep)
+    assert c["args"][:2] == ["extender", "--config=/etc/gputopo/extender.yaml"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http", "scheme": "HTTP"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http", "scheme": "HTTP"}
+    assert c["ports"] == [{"name": "http", "containerPort": 8888, "protocol": "TCP"}]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert {"cpu", "memory"} <= set(c["resources"]["requests"])
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/etc/gputopo", "/tmp"} <= mounts  # writable /tmp under a read-only root
+    annotations = dep["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == "8888"
+    assert annotations["prometheus.io/path"] == "/metrics"
+    svc = find(variants["default"], "Service", "gputopo-extender")
+    assert svc["spec"]["ports"] == [
+        {"name": "http", "port": 8888, "targetPort": "http", "protocol": "TCP"}
+    ]
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+
+
+def test_extender_settings_file_is_accepted_by_the_extender(
+    variants: dict[str, list[Obj]], tmp_path: Path
+) -> None:
+    from scheduler_extender.settings import read_config_file
+
+    cm = find(variants["default"], "ConfigMap", "gputopo-extender")
+    path = tmp_path / "extender.yaml"
+    path.write_text(cm["data"]["extender.yaml"])
+    data = read_config_file(path)  # unknown keys would raise SettingsError
+    assert data == {"host": "0.0.0.0", "port": 8888, "state": "kubernetes",
+                    "policy": "gputopo", "log_level": "info"}
+    get_policy(data["policy"])  # the default policy is registered
+
+
+def test_extender_tls_mounts_secret_and_switches_to_https(
+    variants: dict[str, list[Obj]], tls: TlsMaterial
+) -> None:
+    objs = variants["tls"]
+    secret = find(objs, "Secret", "gputopo-extender-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert base64.b64decode(secret["data"]["tls.crt"]).decode() == tls.cert
+    assert base64.b64decode(secret["data"]["tls.key"]).decode() == tls.key
+    cm = yaml.safe_load(find(objs, "ConfigMap", "gputopo-extender")["data"]["extender.yaml"])
+    assert cm["tls_cert"] == "/etc/gputopo-tls/tls.crt"
+    assert cm["tls_key"] == "/etc/gputopo-tls/tls.key"
+    dep = find(objs, "Deployment", "gputopo-extender")
+    c = container(dep)
+    assert {"name": "tls", "mountPath": "/etc/gputopo-tls", "readOnly": True} in c["volumeMounts"]
+    vols = dep["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "gputopo-extender-tls"}} in vols
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    svc = find(objs, "Service", "gputopo-extender")
+    assert svc["spec"]["ports"][0]["name"] == "https"
+
+    ext = sched_config(objs)["extenders"][0]
+    assert ext["urlPrefix"] == f"https://{EXTENDER_DNS}:8888"
+    assert ext["enableHTTPS"] is True
+    assert base64.b64decode(ext["tlsConfig"]["caData"]).decode() == tls.ca_cert
+    assert "insecure" not in ext["tlsConfig"]
+
+
+def test_extender_tls_with_existing_secret(helm_available: None, tls: TlsMaterial) -> None:
+    objs = render_manifests(
+        {"extender": {"tls": {"enabled": True, "secretName": "my-cert", "caCert": tls.ca_cert}}}
+    )
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    dep = find(objs, "Deployment", "gputopo-extender")
+    vols = dep["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "tls", "secret": {"secretName": "my-cert"}} in vols
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"extender": {"tls": {"enabled": True}}}, "needs extender.tls.secretName"),
+        ({"extender": {"tls": {"enabled": True, "secretName": "s"}}}, "caCert"),
+        ({"extender": {"tls": {"enabled": True, "secretName": "s",
+                               "cert": "-----BEGIN CERTIFICATE-----"}}}, "not both"),
+        ({"extender": {"replicas": 2}}, "/extender/replicas"),
+        ({"extender": {"polcy": "gaia"}}, "polcy"),
+        ({"extender": {"urlOverride": "ftp://x"}}, "urlOverride"),
+        ({"scheduler": {"extender": {"httpTimeout": "5 seconds"}}}, "httpTimeout"),
+        ({"scheduler": {"extender": {"weight": 0}}}, "weight"),
+        ({"scheduler": {"extender": {"managedResources": [{"name": "nvidia.com/gpu"}]}}},
+         "ignoredByScheduler"),
+        ({"devicePlugin": {"fakeTopologyByNodeLabel": {"Bad_Key": "dgx1-v100"}}}, "Bad_Key"),
+        ({"devicePlugin": {"kubeletRootDir": "relative/dir"}}, "kubeletRootDir"),
+        ({"extender": {"enabled": False}}, "scheduler.enabled needs the extender"),
+    ],
+)
+def test_bad_values_are_rejected_with_a_named_setting(
+    helm_available: None, values: Obj, message: str
+) -> None:
+    with pytest.raises(ChartError, match=re.escape(message)):
+        helm_template(values)
+
+
+def test_tls_needs_https_override(helm_available: None, tls: TlsMaterial) -> None:
+    with pytest.raises(ChartError, match="must be https://"):
+        render_scheduler_config("http://127.0.0.1:1", **tls_values(tls))
+
+
+# ------------------------------------------------------------------ RBAC
+
+
+Rule = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+
+
+def rules(objs: list[Obj], name: str) -> list[Rule]:
+    role = find(objs, "ClusterRole", name)
+    return [
+        (tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["verbs"])))
+        for r in role["rules"]
+    ]
+
+
+def test_extender_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
+    assert rules(variants["default"], "gputopo-extender") == [
+        (("",), ("nodes",), ("get", "list", "watch")),
+        (("",), ("pods",), ("get", "list", "patch", "watch")),
+        (("",), ("pods/binding",), ("create",)),
+        (("", "events.k8s.io"), ("events",), ("create", "patch")),
+    ]
+
+
+def test_device_plugin_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
+    assert rules(variants["default"], "gputopo-device-plugin") == [
+        (("",), ("nodes",), ("get", "patch")),
+        (("",), ("pods",), ("get", "list", "patch", "watch")),
+    ]
+
+
+def test_scheduler_bindings(variants: dict[str, list[Obj]]) -> None:
+    objs = variants["default"]
+    sa = {"kind": "ServiceAccount", "name": "gputopo-scheduler", "namespace": "gputopo-system"}
+    for binding, role in [
+        ("gputopo-scheduler-kube-scheduler", "system:kube-scheduler"),
+        ("gputopo-scheduler-volume-scheduler", "system:volume-scheduler"),
+    ]:
+        crb = find(objs, "ClusterRoleBinding", binding)
+        assert crb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io",
+                                  "kind": "ClusterRole", "name": role}
+        assert crb["subjects"] == [sa]
+    reader = find(objs, "RoleBinding",
+                  "gputopo-scheduler-extension-apiserver-authentication-reader")
+    assert reader["metadata"]["namespace"] == "kube-system"
+    assert reader["roleRef"]["name"] == "extension-apiserver-authentication-reader"
+    lease_role = find(objs, "Role", "gputopo-scheduler-leader-election")
+    named = [r for r in lease_role["rules"] if r.get("resourceNames")]
+    assert named == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                      "resourceNames": ["gputopo-scheduler"],
+                      "verbs": ["get", "list", "watch", "update"]}]
+
+
+# ------------------------------------------------------------------ scheduler wiring
+
+
+def test_scheduler_config_default(variants: dict[str, list[Obj]]) -> None:
+    cfg = sched_config(variants["default"])
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["kind"] == "KubeSchedulerConfiguration"
+    assert cfg["profiles"] == [{"schedulerName": "gputopo-scheduler"}]
+    assert cfg["leaderElection"] == {
+        "leaderElect": True,
+        "resourceName": "gputopo-scheduler",
+        "resourceNamespace": "gputopo-system",
+    }
+    assert "clientConnection" not in cfg  # in-cluster config
+    [ext] = cfg["extenders"]
+    assert ext == {
+        "urlPrefix": f"http://{EXTENDER_DNS}:8888",
+        "filterVerb": "filter",
+        "prioritizeVerb": "prioritize",
+        "bindVerb": "bind",
+        "weight": 5,
+        "httpTimeout": "5s",
+        "nodeCacheCapable": True,
+        "ignorable": False,
+        "managedResources": [
+            {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
+            {"name": "gputopo.io/vgpu-core", "ignoredByScheduler": True},
+            {"name": "gputopo.io/vgpu-memory", "ignoredByScheduler": True},
+        ],
+    }
+    # The managed resources are exactly the contract's, and whole GPUs stay counted by the
+    # scheduler (the kubelet advertises them).
+    assert tuple(r["name"] for r in ext["managedResources"]) == MANAGED_RESOURCES
+    ignored = {r["name"]: r["ignoredByScheduler"] for r in ext["managedResources"]}
+    assert ignored[RESOURCE_GPU] is False
+
+
+def test_scheduler_deployment(variants: dict[str, list[Obj]]) -> None:
+    objs = variants["default"]
+    dep = find(objs, "Deployment", "gputopo-scheduler")
+    c = container(dep)
+    k8s = pinned_versions()["K8S_VERSION"]
+    assert c["image"] == f"registry.k8s.io/kube-scheduler:{k8s}"
+    assert values_defaults()["scheduler"]["image"]["tag"] == k8s
+    assert c["command"][:2] == ["kube-scheduler",
+                                "--config=/etc/kubernetes/gputopo-scheduler/config.yaml"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "https", "scheme": "HTTPS"}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["ports"][0]["containerPort"] == 10259
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gputopo-scheduler"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["volumes"] == [{"name": "config", "configMap": {"name": "gputopo-scheduler"}}]
+    # A config change rolls the scheduler.
+    checksum = dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+    other = render_manifests({"scheduler": {"extender": {"weight": 7}}})
+    assert find(other, "Deployment", "gputopo-scheduler")["spec"]["template"]["metadata"][
+        "annotations"]["checksum/config"] != checksum
+
+
+def test_render_scheduler_config_api(helm_available: None) -> None:
+    text = render_scheduler_config(
+        "http://127.0.0.1:12345/",
+        scheduler={"extender": {"weight": 9, "httpTimeout": "30s"},
+                   "leaderElection": {"enabled": False}},
+    )
+    cfg = yaml.safe_load(text)
+    ext = cfg["extenders"][0]
+    assert ext["urlPrefix"] == "http://127.0.0.1:12345"
+    assert ext["weight"] == 9 and ext["httpTimeout"] == "30s"
+    assert cfg["leaderElection"] == {"leaderElect": False}
+    # The text is the ConfigMap's, byte for byte.
+    objs = render_manifests(
+        {"scheduler": {"extender": {"weight": 9, "httpTimeout": "30s"},
+                       "leaderElection": {"enabled": False}}},
+        set_string={"extender.urlOverride": "http://127.0.0.1:12345/"},
+    )
+    assert scheduler_config_from_manifests(objs) == text
+    # Other releases / namespaces move the lease.
+    cfg2 = yaml.safe_load(render_scheduler_config("http://x:1", namespace="ops"))
+    assert cfg2["leaderElection"]["resourceNamespace"] == "ops"
+
+
+def test_url_override_with_commas_is_kept_verbatim(helm_available: None) -> None:
+    cfg = yaml.safe_load(render_scheduler_config("http://127.0.0.1:1/a,b"))
+    assert cfg["extenders"][0]["urlPrefix"] == "http://127.0.0.1:1/a,b"
+
+
+def test_scheduler_config_passthrough_and_insecure_tls(helm_available: None) -> None:
+    cfg = yaml.safe_load(render_scheduler_config(
+        "https://10.0.0.1:8443",
+        extender={"tls": {"enabled": True, "secretName": "s", "insecureSkipVerify": True,
+                          "serverName": "gputopo"}},
+        scheduler={"percentageOfNodesToScore": 50,
+                   "plugins": {"score": {"disabled": [{"name": "ImageLocality"}]}}},
+    ))
+    assert cfg["percentageOfNodesToScore"] == 50
+    assert cfg["profiles"][0]["plugins"] == {"score": {"disabled": [{"name": "ImageLocality"}]}}
+    assert cfg["extenders"][0]["tlsConfig"] == {"insecure": True, "serverName": "gputopo"}
+
+
+# ------------------------------------------------------------------ device plugin
+
+
+def test_device_plugin_daemonset(variants: dict[str, list[Obj]]) -> None:
+    ds = find(variants["default"], "DaemonSet", "gputopo-device-plugin")
+    pod = ds["spec"]["template"]["spec"]
+    c = container(ds)
+    assert c["args"] == ["device-plugin", "--node-name=$(NODE_NAME)",
+                         "--device-plugin-dir=/var/lib/kubelet/device-plugins",
+                         "--metrics-port=9445"]
+    env = {e["name"]: e for e in c["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    assert {"name": "device-plugins", "hostPath": {
+        "path": "/var/lib/kubelet/device-plugins", "type": "Directory"}} in pod["volumes"]
+    assert {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"} in c[
+        "volumeMounts"]
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod[
+        "tolerations"]
+    assert pod["serviceAccountName"] == "gputopo-device-plugin"
+    assert "affinity" not in pod
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9445, "protocol": "TCP"}]
+
+
+def test_device_plugin_settings_env_names_exist() -> None:
+    from device_plugin.settings import DevicePluginSettings
+
+    fields = set(DevicePluginSettings.model_fields)
+    for env in ("POD_RESOURCES_SOCKET", "VGPU_MEMORY_UNIT_MIB", "LOG_LEVEL"):
+        assert env.lower() in fields
+
+
+def test_fake_topologies(variants: dict[str, list[Obj]]) -> None:
+    objs = variants["fake"]
+    main = find(objs, "DaemonSet", "gputopo-device-plugin")
+    assert "--fake-topology=dgx1-v100" in container(main)["args"]
+    env = {e["name"] for e in container(main)["env"]}
+    assert "NVIDIA_VISIBLE_DEVICES" not in env  # a fake topology needs no driver
+    terms = main["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "gputopo.io/fake-topology",
+                                            "operator": "NotIn", "values": ["a100", "custom"]}]}]
+    a100 = find(objs, "DaemonSet", "gputopo-device-plugin-fake-a100")
+    assert "--fake-topology=dgx-a100" in container(a100)["args"]
+    assert a100["spec"]["template"]["spec"]["nodeSelector"] == {
+        "nvidia.com/gpu.present": "true", "gputopo.io/fake-topology": "a100"}
+    assert "affinity" not in a100["spec"]["template"]["spec"]
+    custom = find(objs, "DaemonSet", "gputopo-device-plugin-fake-custom")
+    assert "--fake-topology=/etc/gputopo/topologies/x.json" in container(custom)["args"]
+    assert {"name": "topologies", "mountPath": "/etc/gputopo/topologies", "readOnly": True} in \
+        container(custom)["volumeMounts"]
+    cm = find(objs, "ConfigMap", "gputopo-device-plugin-topologies")
+    assert json.loads(cm["data"]["x.json"]) == {"schema": "gputopo.io/v1"}
+    # selectors of the DaemonSets differ, so they do not fight over pods
+    selectors = {json.dumps(o["spec"]["selector"], sort_keys=True)
+                 for o in objs if o["kind"] == "DaemonSet"}
+    assert len(selectors) == 3
+
+
+def test_catalog_names_used_by_the_chart_exist() -> None:
+    names = set(catalog.names())
+    assert "dgx1-v100" in names and "dgx-a100" in names
+
+
+def test_service_monitor_optional(helm_available: None) -> None:
+    assert not [o for o in render_manifests() if o["apiVersion"].startswith("monitoring.")]
+    objs = render_manifests({"metrics": {"serviceMonitor": {"enabled": True,
+                                                            "labels": {"release": "prom"}}}})
+    sm = find(objs, "ServiceMonitor", "gputopo-extender")
+    assert sm["spec"]["endpoints"][0]["port"] == "http"
+    assert sm["metadata"]["labels"]["release"] == "prom"
+    pm = find(objs, "PodMonitor", "gputopo-device-plugin")
+    assert pm["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+
+
+def test_components_can_be_switched_off(helm_available: None) -> None:
+    objs = render_manifests({"devicePlugin": {"enabled": False},
+                             "scheduler": {"enabled": False}})
+    assert {o["metadata"]["name"] for o in objs} == {"gputopo-extender"}
+    objs = render_manifests({"extender": {"enabled": False,
+                                          "urlOverride": "http://gputopo.example:8888"}})
+    assert not [o for o in objs if "extender" in o["metadata"]["name"]]
+    assert sched_config(objs)["extenders"][0]["urlPrefix"] == "http://gputopo.example:8888"
+
+
+def test_other_release_names_do_not_collide(helm_available: None) -> None:
+    objs = render_manifests(release="gpu-team", namespace="team")
+    names = {o["metadata"]["name"] for o in objs if o["kind"].startswith("Cluster")}
+    assert names and all(n.startswith("gpu-team-gputopo-") for n in names)
+    # The schedulerName and lease are values, not derived from the release.
+    cfg = sched_config(objs)
+    assert cfg["profiles"][0]["schedulerName"] == "gputopo-scheduler"
+    assert cfg["extenders"][0]["urlPrefix"] == "http://gpu-team-gputopo-extender.team.svc:8888"
+
+
+# ------------------------------------------------------------------ deploy/ drift
+
+
+def test_deploy_manifest_matches_helm_template(helm_available: None) -> None:
+    expected = render_deploy_manifest()
+    actual = DEPLOY_MANIFEST.read_text()
+    assert actual == expected, "deploy/gputopo.yaml drifted: run scripts/render-deploy.sh"
+
+
+def test_render_deploy_script_check_mode(helm_available: None) -> None:
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "render-deploy.sh"), "--check"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "up to date" in proc.stdout
