@@ -19,6 +19,8 @@ POLICY_MODULES = (
     "topology.policies.gaia",
     "topology.policies.mapa",
     "topology.policies.default",
+    "topology.policies.nvidia",
+    "topology.policies.amaral",
 )
 
 DEFAULT_POLICY = "gputopo"
