@@ -31,6 +31,7 @@ class HealthState:
         self._unhealthy: dict[str, int | None] = {}
         self._version = 0
         self._listeners: list[Callable[[], None]] = []
+        self._closed = False
 
     @property
     def version(self) -> int:
@@ -80,15 +81,16 @@ class HealthState:
         return changed
 
     def wait_change(self, seen: int, timeout: float) -> int:
-        """Block until the version differs from ``seen`` or ``timeout`` seconds pass; returns
-        the current version."""
+        """Block until the version differs from ``seen``, :meth:`close` is called, or
+        ``timeout`` seconds pass; returns the current version."""
         with self._cond:
-            self._cond.wait_for(lambda: self._version != seen, timeout=timeout)
+            self._cond.wait_for(lambda: self._version != seen or self._closed, timeout=timeout)
             return self._version
 
-    def wake(self) -> None:
-        """Wake every waiter without a change (used on shutdown)."""
+    def close(self) -> None:
+        """Release every waiter for good (shutdown)."""
         with self._cond:
+            self._closed = True
             self._cond.notify_all()
 
 

@@ -217,10 +217,13 @@ class DevicePlugin:
     def stop(self) -> None:
         """Stop everything and remove our sockets (idempotent)."""
         self.stop_event.set()
-        self.health.wake()
+        self.health.close()
         self.publish_loop.wake()
-        for server in self.servers:
-            server.stop()
+        stoppers = [threading.Thread(target=server.stop) for server in self.servers]
+        for t in stoppers:  # in parallel: each waits out its grace period
+            t.start()
+        for t in stoppers:
+            t.join()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
