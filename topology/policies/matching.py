@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from networkx.algorithms import isomorphism
@@ -236,6 +236,44 @@ def _local_search_mapping(w: np.ndarray, subset: Sequence[int], pattern: Pattern
     return order
 
 
+#: Seeds (best pruned candidates) from which :func:`_swap_climb` starts.
+CLIMB_SEEDS = 4
+
+
+def _swap_climb(
+    rows: list[Any],
+    evaluate: Callable[[np.ndarray], list[Any]],
+    rank: Callable[[Any], tuple[float, float, tuple[int, ...]]],
+    free: Sequence[int],
+    k: int,
+) -> list[Any]:
+    """Steepest-ascent local search over GPU subsets from the best pruned candidates: swap
+    one chosen GPU for one free GPU, score every neighbour exactly (all arrangements), move to
+    the best neighbour while it improves. Repairs proxy pruning's misses (e.g. trees, whose
+    best subsets are not the best all-pairs subsets). Deterministic."""
+    found: list[Any] = []
+    known: dict[tuple[int, ...], Any] = {r[2]: r for r in rows}
+    for seed in sorted(rows, key=rank)[:CLIMB_SEEDS]:
+        current = seed
+        while True:
+            cur = set(current[2])
+            outside = [g for g in free if g not in cur]
+            neigh = {tuple(sorted((cur - {a}) | {b})) for a in current[2] for b in outside}
+            fresh = sorted(n for n in neigh if n not in known)
+            if fresh:
+                scored = evaluate(np.array(fresh, dtype=np.int64).reshape(-1, k))
+                found.extend(scored)
+                known.update((r[2], r) for r in scored)
+            if not neigh:
+                break
+            best = min((known[n] for n in neigh), key=rank)
+            if rank(best) < rank(current):
+                current = best
+            else:
+                break
+    return found
+
+
 def search(
     topology: Topology,
     free: Sequence[int],
@@ -288,36 +326,71 @@ def search(
         proxy_obj: Objective = objective if objective != "aggbw" else "aggbw"
         subsets = _proxy_subsets(w, cls, free, k, proxy_obj, keep)
     if not enum:
-        # one arrangement per subset, found by local search; reorder each subset accordingly
-        subsets = np.array(
-            [_local_search_mapping(w, list(s), pattern) for s in subsets], dtype=np.int64
-        ).reshape(-1, k)
         exact = False
 
-    best_rows: list[tuple[float, float, tuple[int, ...], int, int]] = []
-    chunk = max(1, 2_000_000 // max(1, n_arr * max(1, edge_pos.shape[1])))
-    pres_all = _preserved(w, free_arr, subsets)
-    for start in range(0, subsets.shape[0], chunk):
-        subs = subsets[start : start + chunk]
-        agg, eq2, gt = _scores(w, cls, subs, edge_pos)
-        pres = pres_all[start : start + chunk]
-        prim = _objective_values(objective, agg, eq2, gt, pres)
-        sec = _objective_values(secondary, agg, eq2, gt, pres) if secondary else np.zeros_like(prim)
-        # best arrangement per subset: max primary, then secondary, then first arrangement
-        combined = np.lexsort((np.broadcast_to(-np.arange(n_arr), prim.shape), sec, prim), axis=-1)
-        idx = combined[:, -1]
-        rows = np.arange(subs.shape[0])
-        for r in rows:
-            a = int(idx[r])
-            best_rows.append(
-                (float(prim[r, a]), float(sec[r, a]), tuple(sorted(subs[r].tolist())), start + int(r), a)
-            )
-    # rank subsets: primary desc, secondary desc, GPU tuple asc (rounded to kill float noise)
-    best_rows.sort(key=lambda t: (-round(t[0], 9), -round(t[1], 9), t[2]))
+    Row = tuple[float, float, tuple[int, ...], int, int]
+    all_subsets: list[np.ndarray] = []
+    pres_parts: list[np.ndarray] = []
 
-    def build(row: tuple[float, float, tuple[int, ...], int, int]) -> Match:
+    def evaluate(cands: np.ndarray) -> list[Row]:
+        """Best arrangement of each candidate subset: rows (primary, secondary, GPU tuple,
+        row id into the concatenated subset table, arrangement index)."""
+        if not enum:
+            cands = np.array(
+                [_local_search_mapping(w, list(c), pattern) for c in cands], dtype=np.int64
+            ).reshape(-1, k)
+        base = sum(a.shape[0] for a in all_subsets)
+        pres_all = _preserved(w, free_arr, cands)
+        all_subsets.append(cands)
+        pres_parts.append(pres_all)
+        out: list[Row] = []
+        chunk = max(1, 2_000_000 // max(1, n_arr * max(1, edge_pos.shape[1])))
+        for start in range(0, cands.shape[0], chunk):
+            subs = cands[start : start + chunk]
+            agg, eq2, gt = _scores(w, cls, subs, edge_pos)
+            pres = pres_all[start : start + chunk]
+            prim = _objective_values(objective, agg, eq2, gt, pres)
+            sec = (
+                _objective_values(secondary, agg, eq2, gt, pres)
+                if secondary
+                else np.zeros_like(prim)
+            )
+            # best arrangement per subset: max primary, then secondary, then first arrangement
+            order = np.lexsort((np.broadcast_to(-np.arange(n_arr), prim.shape), sec, prim), axis=-1)
+            idx = order[:, -1]
+            for r in range(subs.shape[0]):
+                a = int(idx[r])
+                out.append(
+                    (
+                        float(prim[r, a]),
+                        float(sec[r, a]),
+                        tuple(sorted(subs[r].tolist())),
+                        base + start + r,
+                        a,
+                    )
+                )
+        return out
+
+    def rank(row: Row) -> tuple[float, float, tuple[int, ...]]:
+        # primary desc, secondary desc, GPU tuple asc (rounded to kill float noise)
+        return (-round(row[0], 9), -round(row[1], 9), row[2])
+
+    best_rows = evaluate(subsets)
+    if not exact:
+        best_rows.extend(_swap_climb(best_rows, evaluate, rank, free, k))
+        # one row per GPU set (the climb may revisit a pruned candidate)
+        unique: dict[tuple[int, ...], Row] = {}
+        for row in best_rows:
+            if row[2] not in unique or rank(row) < rank(unique[row[2]]):
+                unique[row[2]] = row
+        best_rows = list(unique.values())
+    best_rows.sort(key=rank)
+    table = np.concatenate(all_subsets)
+    pres_table = np.concatenate(pres_parts)
+
+    def build(row: Row) -> Match:
         _, _, _, si, ai = row
-        subset = subsets[si]
+        subset = table[si]
         perm = perms[ai] if enum else np.arange(k)
         mapping = tuple(int(subset[perm[v]]) for v in range(k))
         e = edge_pos[ai : ai + 1] if enum else edge_pos
@@ -327,7 +400,7 @@ def search(
             aggbw=float(agg[0, 0]),
             effbw_mapa=float(eq2[0, 0]),
             effbw_gputopo=float(gt[0, 0]),
-            preserved=float(pres_all[si]),
+            preserved=float(pres_table[si]),
         )
 
     best = build(best_rows[0])
