@@ -162,7 +162,7 @@ def _allowed(cp: ControlPlane, sa: str, verb: str, resource: str, *, group: str 
     ))
     api = k8s_client.AuthorizationV1Api(cp.api_client())
     result = api.create_subject_access_review(review)
-    return bool(result.status.allowed)
+    return bool(result.status and result.status.allowed)
 
 
 @pytest.fixture(scope="module")

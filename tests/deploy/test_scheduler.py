@@ -130,11 +130,13 @@ def binaries() -> Binaries:
 
 def _sa_kubeconfig(cp: ControlPlane, sa: str) -> Path:
     """A kubeconfig authenticating as ServiceAccount ``sa`` of the release namespace."""
-    token = cp.core_v1().create_namespaced_service_account_token(
+    status = cp.core_v1().create_namespaced_service_account_token(
         sa, NS,
         k8s_client.AuthenticationV1TokenRequest(spec=k8s_client.V1TokenRequestSpec(
             audiences=[SERVICE_ACCOUNT_ISSUER], expiration_seconds=3600)),
-    ).status.token
+    ).status
+    assert status is not None and status.token
+    token = status.token
     path = cp.workdir / f"{sa}.kubeconfig"
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config",
@@ -174,7 +176,7 @@ def _pod(name: str, limits: dict[str, str]) -> k8s_client.V1Pod:
 
 def _bound_node(cp: ControlPlane, name: str) -> str | None:
     pod = cp.core_v1().read_namespaced_pod(name, POD_NS)
-    return pod.spec.node_name or None
+    return (pod.spec.node_name if pod.spec else None) or None
 
 
 @pytest.fixture(scope="module", params=["http", "https"])
