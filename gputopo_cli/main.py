@@ -23,6 +23,7 @@ COMMAND_MODULES = (
     "gputopo_cli.cmd_extender",
     "gputopo_cli.cmd_place",
     "gputopo_cli.cmd_topology",
+    "gputopo_cli.cmd_simulate",
 )
 
 for _mod in COMMAND_MODULES:

@@ -1,0 +1,490 @@
+"""The discrete-event engine: arrivals, a FIFO queue with optional postponement, placements
+through the extender's entry point, completions that free GPUs.
+
+**Events.** Arrivals (from the workload) and completions. All events at one instant are
+applied, then the scheduler makes one pass over the queue.
+
+**Queue** (MAPA §4 and §5.2: FIFO). A pass walks the queue oldest first. A job that no node
+has enough free GPUs for blocks the jobs behind it (``fifo``, the default) or is skipped
+(``backfill``, as kube-scheduler treats unschedulable pods). A job that some node *could*
+hold but every such node's policy rejects — TOPO-AWARE-P's "utility below minimum" — is
+*postponed*: it keeps its place and the pass moves on to later jobs (Amaral Algorithm 1,
+"out-of-order execution"); it is retried at the next event.
+
+**Placement** — exactly what the extender does for a pod: for every node, the policy is run
+through :func:`topology.policies.evaluate.place` (the same cached entry point), and one of the
+nodes that accept is chosen. Nodes of one type in one state get the same decision, so the
+engine keeps nodes grouped by ``(topology class, free mask)`` and asks once per group (1 000
+idle machines are one call). Among the groups that accept, the *node choice* rule picks one
+(lowest node index inside a group); rules, by policy:
+
+* ``extender`` (gputopo, gaia, mapa-*): gputopo's prioritize — the highest decision quality
+  relative to the best that node type could give (policy EffBW / the policy's idle-node EffBW,
+  bandwidth-sensitive multi-GPU jobs only), then the least fragmentation left on the node, then
+  the fullest node (packing keeps whole nodes for big jobs);
+* ``least-allocated`` (baseline, nvidia-best-effort): kube-scheduler's default scoring
+  (NodeResourcesFit LeastAllocated) — the node with the most free GPUs;
+* ``first-fit`` (fcfs): the lowest-index node that fits (Amaral §5.2's FCFS);
+* ``most-allocated`` (best-fit): the fullest node that fits (Amaral's Best-Fit bin packing);
+* ``utility`` (topo-aware, topo-aware-p): the highest Amaral utility (Eq. 2).
+
+**Decision time** is the wall-clock time of that whole step for the placed attempt (every
+group's ``place`` call, cache hits included, plus the node choice), per job.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import time
+from dataclasses import dataclass, field
+
+from simulator import SimulationError
+from simulator import runtime as rt
+from simulator.workloads import Job, Workload
+from topology.model import Topology
+from topology.patterns import Pattern
+from topology.policies import amaral
+from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.evaluate import ideal as ideal_decision
+from topology.policies.evaluate import place
+from topology.policies.registry import UnknownPolicy, get_policy
+
+NODE_CHOICES = ("extender", "least-allocated", "first-fit", "most-allocated", "utility")
+DEFAULT_NODE_CHOICE = {
+    "baseline": "least-allocated",
+    "nvidia-best-effort": "least-allocated",
+    "fcfs": "first-fit",
+    "best-fit": "most-allocated",
+    "topo-aware": "utility",
+    "topo-aware-p": "utility",
+}
+QUEUES = ("fifo", "backfill")
+
+
+def node_choice_for(policy: str) -> str:
+    """The default node-choice rule of ``policy`` (module docstring)."""
+    return DEFAULT_NODE_CHOICE.get(policy, "extender")
+
+
+@dataclass
+class JobRecord:
+    """What happened to one job (one row of ``jobs-<policy>.csv``)."""
+
+    job: Job
+    node: int = -1
+    gpus: tuple[int, ...] = ()
+    mapping: tuple[int, ...] = ()
+    start_s: float = -1.0
+    end_s: float = -1.0
+    effbw_gbps: float = 0.0
+    effbw_eq2_gbps: float = 0.0
+    ideal_gbps: float | None = None
+    best_available_gbps: float | None = None
+    bandwidth_factor: float = 1.0
+    decision_ms: float = 0.0
+    attempts: int = 0
+    postponements: int = 0
+    policy_effbw_gbps: float = 0.0
+
+    @property
+    def queueing_s(self) -> float:
+        """Time from submission to placement, seconds."""
+        return self.start_s - self.job.arrival_s
+
+    @property
+    def run_s(self) -> float:
+        """Time from placement to completion, seconds."""
+        return self.end_s - self.start_s
+
+    @property
+    def measured(self) -> bool:
+        """A bandwidth-sensitive multi-GPU job (its EffBW is reported)."""
+        return self.job.sensitive and self.job.gpus > 1
+
+    @property
+    def ratio_to_ideal(self) -> float | None:
+        """Judged EffBW / ideal, or None without an ideal."""
+        if not self.ideal_gbps:
+            return None
+        return self.effbw_gbps / self.ideal_gbps
+
+    @property
+    def got_optimum(self) -> bool | None:
+        """Reached the best EffBW the free GPUs offered when it was placed (None: unknown)."""
+        if self.best_available_gbps is None:
+            return None
+        return self.effbw_gbps >= self.best_available_gbps - 1e-6
+
+
+@dataclass
+class Sample:
+    """The cluster after the events of one instant."""
+
+    time_s: float
+    busy_gpus: int
+    queued: int
+    running: int
+    fragmentation: float
+
+
+@dataclass
+class RunResult:
+    """One policy's run."""
+
+    policy: str
+    node_choice: str
+    records: list[JobRecord]
+    timeline: list[Sample]
+    total_gpus: int
+    wall_s: float = 0.0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Running:
+    record: JobRecord
+    sockets: frozenset[int]
+    profile: amaral.Profile | None
+    work_left: float  # seconds of solo progress left
+    rate: float = 1.0
+    last_s: float = 0.0
+    version: int = 0
+
+
+class Simulation:
+    """One policy on one cluster and workload.
+
+    Args:
+        topology: every node's topology (the cluster is homogeneous).
+        nodes: node count (≥ 1).
+        workload: the jobs.
+        policy: a registered policy name.
+        queue: ``fifo`` or ``backfill``.
+        node_choice: a rule of :data:`NODE_CHOICES`, or None for the policy's default.
+        judge: the EffBW model every placement is scored with (:data:`runtime.JUDGES`).
+        group_nodes: ask the policy once per ``(class, free mask)`` group (default); False asks
+            every node, as the extender's filter does (cache hits), to time that path.
+
+    Raises:
+        SimulationError: unknown policy / rule / queue / judge, a job larger than a node, or a
+            job the policy cannot place even on an idle node.
+    """
+
+    def __init__(self, topology: Topology, nodes: int, workload: Workload, policy: str, *,
+                 queue: str = "fifo", node_choice: str | None = None,
+                 judge: str = rt.JUDGES[0], group_nodes: bool = True) -> None:
+        try:
+            get_policy(policy)
+        except UnknownPolicy as exc:
+            raise SimulationError(str(exc)) from None
+        if nodes < 1:
+            raise SimulationError("the cluster needs at least one node")
+        if queue not in QUEUES:
+            raise SimulationError(f"unknown queue {queue!r}; use {' or '.join(QUEUES)}")
+        rule = node_choice or node_choice_for(policy)
+        if rule not in NODE_CHOICES:
+            raise SimulationError(f"unknown node choice {rule!r}; use one of "
+                                  f"{', '.join(NODE_CHOICES)}")
+        if judge not in rt.JUDGES:
+            raise SimulationError(f"unknown EffBW model {judge!r}; use {' or '.join(rt.JUDGES)}")
+        self.topology = topology
+        self.n_nodes = nodes
+        self.workload = workload
+        self.policy = policy
+        self.queue_mode = queue
+        self.rule = rule
+        self.judge = judge
+        self.group_nodes = group_nodes
+        self.size = topology.size
+        self.full_mask = (1 << self.size) - 1
+        self.requests: dict[int, Request] = {}
+        self.request_keys: dict[int, tuple[object, ...]] = {}
+        self._check_jobs()
+        self.sockets = amaral.physical_graph(topology).socket
+
+    # ------------------------------------------------------------------ set-up
+    def _check_jobs(self) -> None:
+        seen: dict[tuple[object, ...], Request] = {}
+        for job in self.workload.jobs:
+            if job.gpus > self.size:
+                raise SimulationError(
+                    f"job {job.id} asks for {job.gpus} GPUs; a {self.topology.name} node has "
+                    f"{self.size}")
+            req = job.request()
+            key = req.key()
+            self.requests[job.id] = req
+            self.request_keys[job.id] = key
+            if key in seen:
+                continue
+            seen[key] = req
+            try:
+                ideal_decision(self.policy, self.topology, req)
+            except NoFit as exc:
+                raise SimulationError(
+                    f"job {job.id} ({job.gpus} GPUs): policy {self.policy} cannot place it even "
+                    f"on an idle {self.topology.name} node: {exc}") from None
+            except RequestError as exc:
+                raise SimulationError(f"job {job.id}: {exc}") from None
+
+    # ------------------------------------------------------------------ state helpers
+    def _state(self, mask: int) -> NodeState:
+        st = self._states.get(mask)
+        if st is None:
+            st = NodeState.whole(g for g in range(self.size) if not mask >> g & 1)
+            self._states[mask] = st
+        return st
+
+    def _move(self, node: int, new_mask: int) -> None:
+        old = self.masks[node]
+        group = self.groups[old]
+        group.remove(node)
+        if not group:
+            del self.groups[old]
+        bisect.insort(self.groups.setdefault(new_mask, []), node)
+        self.masks[node] = new_mask
+        self.free_count[old.bit_count()] -= 1
+        self.free_count[new_mask.bit_count()] += 1
+        p_old, b_old = rt.node_fragmentation(self.topology, old)
+        p_new, b_new = rt.node_fragmentation(self.topology, new_mask)
+        self.preserved_sum += p_new - p_old
+        self.best_sum += b_new - b_old
+
+    def _max_free(self) -> int:
+        for k in range(self.size, -1, -1):
+            if self.free_count[k]:
+                return k
+        return 0
+
+    def _fragmentation(self) -> float:
+        if self.best_sum <= 1e-9:
+            return 0.0
+        return max(0.0, 1.0 - self.preserved_sum / self.best_sum)
+
+    # ------------------------------------------------------------------ placement
+    def _score(self, decision: Decision, mask: int, req: Request) -> tuple[float, ...]:
+        free_before = mask.bit_count()
+        after = mask
+        for g in decision.gpus:
+            after &= ~(1 << g)
+        rule = self.rule
+        if rule == "least-allocated":
+            return (-free_before,)
+        if rule == "most-allocated" or rule == "first-fit":
+            return (free_before,) if rule == "most-allocated" else ()
+        if rule == "utility":
+            u = amaral.utility(self.topology, self._state(mask), req, decision.mapping).total
+            return (-round(u, 9), free_before)
+        # extender
+        quality = 1.0
+        if req.sensitive and req.count > 1:
+            best = ideal_decision(self.policy, self.topology, req).effective_bandwidth_gbps
+            if best > 0:
+                quality = decision.effective_bandwidth_gbps / best
+        preserved, top = rt.node_fragmentation(self.topology, after)
+        frag = 1.0 - preserved / top if top > 0 else 0.0
+        return (-round(quality, 6), round(frag, 6), free_before)
+
+    def _try_place(self, job: Job) -> tuple[int, Decision, float] | None:
+        req = self.requests[job.id]
+        t0 = time.perf_counter()
+        best: tuple[tuple[float, ...], int, Decision] | None = None
+        if self.group_nodes:
+            pairs = [(mask, members[0]) for mask, members in self.groups.items()]
+        else:
+            pairs = list(zip(self.masks, range(self.n_nodes), strict=True))
+        for mask, node in pairs:
+            if mask.bit_count() < job.gpus:
+                continue
+            try:
+                decision = place(self.policy, self.topology, self._state(mask), req)
+            except NoFit:
+                continue
+            except RequestError as exc:
+                raise SimulationError(f"job {job.id}: {exc}") from None
+            key = (*self._score(decision, mask, req), node)
+            if best is None or key < best[0]:
+                best = (key, node, decision)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        if best is None:
+            return None
+        return best[1], best[2], elapsed
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> RunResult:
+        """Simulate until every job has finished.
+
+        Raises:
+            SimulationError: a policy handed out a busy GPU (a bug), or jobs are left that can
+                never be placed.
+        """
+        from topology.policies import evaluate
+
+        evaluate.clear_cache()
+        wall0 = time.perf_counter()
+        self._states: dict[int, NodeState] = {}
+        self.masks = [self.full_mask] * self.n_nodes
+        self.groups: dict[int, list[int]] = {self.full_mask: list(range(self.n_nodes))}
+        self.free_count = [0] * (self.size + 1)
+        self.free_count[self.size] = self.n_nodes
+        p0, b0 = rt.node_fragmentation(self.topology, self.full_mask)
+        self.preserved_sum = p0 * self.n_nodes
+        self.best_sum = b0 * self.n_nodes
+        self.running_on: list[list[_Running]] = [[] for _ in range(self.n_nodes)]
+        records = {j.id: JobRecord(job=j) for j in self.workload.jobs}
+        events: list[tuple[float, int, int, int, int]] = []  # time, kind, seq, job, version
+        seq = 0
+        for job in self.workload.jobs:
+            heapq.heappush(events, (job.arrival_s, 1, seq, job.id, 0))
+            seq += 1
+        queue: list[Job] = []
+        running: dict[int, _Running] = {}
+        timeline: list[Sample] = []
+        busy = 0
+        done = 0
+        interference = self.workload.interference
+
+        def push_completion(r: _Running, now: float) -> None:
+            nonlocal seq
+            r.version += 1
+            heapq.heappush(events, (now + r.work_left / r.rate, 0, seq, r.record.job.id,
+                                    r.version))
+            seq += 1
+
+        def rerate(node: int, now: float) -> None:
+            if not interference:
+                return
+            jobs_here = self.running_on[node]
+            for r in jobs_here:
+                if r.profile is None:
+                    continue
+                aggressors = [o.profile for o in jobs_here if o is not r and o.profile
+                              is not None and o.sockets & r.sockets]
+                rate = 1.0 / (1.0 + rt.slowdown(r.profile, aggressors))  # type: ignore[arg-type]
+                if abs(rate - r.rate) > 1e-12:
+                    r.work_left -= (now - r.last_s) * r.rate
+                    r.last_s, r.rate = now, rate
+                    push_completion(r, now)
+
+        def start(job: Job, node: int, decision: Decision, ms: float, now: float) -> None:
+            nonlocal busy
+            mask = self.masks[node]
+            for g in decision.gpus:
+                if not mask >> g & 1:
+                    raise SimulationError(
+                        f"policy {self.policy} gave job {job.id} GPU {g} of node {node}, "
+                        "which is busy")
+            rec = records[job.id]
+            req = self.requests[job.id]
+            pattern = req.effective_pattern()
+            if rec.measured:  # before the placement changes the free GPUs
+                rec.best_available_gbps = self._best_available(pattern)
+            new_mask = mask
+            for g in decision.gpus:
+                new_mask &= ~(1 << g)
+            self._move(node, new_mask)
+            busy += len(decision.gpus)
+            rec.node, rec.gpus, rec.mapping = node, decision.gpus, decision.mapping
+            rec.start_s, rec.decision_ms = now, ms
+            rec.policy_effbw_gbps = decision.effective_bandwidth_gbps
+            if pattern.edges:
+                rec.effbw_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
+                                                self.judge)
+                rec.effbw_eq2_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
+                                                    rt.MODEL_MAPA)
+                rec.ideal_gbps = rt.ideal_effbw(self.topology, pattern, self.judge)
+            rec.bandwidth_factor = rt.bandwidth_factor(rec.effbw_gbps, rec.ideal_gbps,
+                                                       job.comm_share)
+            prof = amaral.lookup_profile(job.profile) if (interference and job.profile) else None
+            r = _Running(rec, frozenset(self.sockets[g] for g in decision.gpus), prof,
+                         job.runtime_s * rec.bandwidth_factor, 1.0, now)
+            running[job.id] = r
+            self.running_on[node].append(r)
+            push_completion(r, now)
+            rerate(node, now)
+
+        def finish(r: _Running, now: float) -> None:
+            nonlocal busy, done
+            rec = r.record
+            rec.end_s = now
+            node = rec.node
+            self.running_on[node].remove(r)
+            del running[rec.job.id]
+            mask = self.masks[node]
+            for g in rec.gpus:
+                mask |= 1 << g
+            self._move(node, mask)
+            busy -= len(rec.gpus)
+            done += 1
+            rerate(node, now)
+
+        def schedule(now: float) -> None:
+            i = 0
+            rejected: set[tuple[object, ...]] = set()
+            max_free = self._max_free()
+            while i < len(queue):
+                job = queue[i]
+                if job.gpus > max_free:
+                    if self.queue_mode == "fifo":
+                        break
+                    i += 1
+                    continue
+                key = self.request_keys[job.id]
+                rec = records[job.id]
+                if key in rejected:
+                    rec.postponements += 1
+                    i += 1
+                    continue
+                rec.attempts += 1
+                found = self._try_place(job)
+                if found is None:
+                    rejected.add(key)
+                    rec.postponements += 1
+                    i += 1
+                    continue
+                node, decision, ms = found
+                queue.pop(i)
+                start(job, node, decision, ms, now)
+                rejected.clear()
+                max_free = self._max_free()
+
+        while events:
+            now = events[0][0]
+            while events and events[0][0] <= now + 1e-9:
+                _, kind, _, jid, version = heapq.heappop(events)
+                if kind == 1:
+                    queue.append(records[jid].job)
+                else:
+                    r = running.get(jid)
+                    if r is not None and r.version == version:
+                        finish(r, now)
+            schedule(now)
+            timeline.append(Sample(now, busy, len(queue), len(running), self._fragmentation()))
+        if queue or running:
+            raise SimulationError(
+                f"{len(queue)} job(s) could never be placed by {self.policy} (e.g. job "
+                f"{queue[0].id if queue else '?'})")
+        from topology.policies.evaluate import stats
+
+        return RunResult(
+            policy=self.policy, node_choice=self.rule,
+            records=[records[j.id] for j in self.workload.jobs], timeline=timeline,
+            total_gpus=self.size * self.n_nodes, wall_s=time.perf_counter() - wall0,
+            cache_hits=stats["hits"], cache_misses=stats["misses"],
+        )
+
+    def _best_available(self, pattern: Pattern) -> float | None:
+        """Best judged EffBW any node's free GPUs offer ``pattern`` right now (exhaustive per
+        distinct free mask); None when some search cannot be exhaustive."""
+        best = 0.0
+        for mask in self.groups:
+            if mask.bit_count() < pattern.size:
+                continue
+            free = tuple(g for g in range(self.size) if mask >> g & 1)
+            value = rt.best_effbw(self.topology, free, pattern, self.judge)
+            if value is None:
+                return None
+            best = max(best, value)
+        return best

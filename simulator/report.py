@@ -1,0 +1,290 @@
+"""Metrics and outputs of a simulation: per-job CSVs, ``summary.json``, the summary tables and
+the plots.
+
+Metrics per policy (``docs/simulator.md`` explains how to read them):
+
+* EffBW of bandwidth-sensitive multi-GPU jobs (judged, GB/s): min, p25, median, p75, max; and
+  the same for EffBW / ideal (the best set an idle node of the type offers, MAPA Fig. 4);
+* the share of those jobs that got the exhaustive-optimum EffBW among the GPUs free when they
+  were placed;
+* queueing time of every job (placement − submission), makespan (last completion − first
+  submission);
+* fragmentation over time (``1 − Σ PreservedBW / Σ best PreservedBW`` of the free GPUs);
+* decision time per job (p50, p99, ms).
+
+Quantiles are linear-interpolated (numpy's default).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from simulator.engine import JobRecord, RunResult
+
+QKEYS = ("min", "p25", "median", "p75", "max")
+
+
+def quantiles(values: Sequence[float]) -> dict[str, float | None]:
+    """``{"min","p25","median","p75","max"}`` of ``values`` (None for an empty list)."""
+    if not values:
+        return dict.fromkeys(QKEYS)
+    arr = np.asarray(values, dtype=np.float64)
+    qs = np.percentile(arr, [0, 25, 50, 75, 100])
+    return {k: round(float(v), 4) for k, v in zip(QKEYS, qs, strict=True)}
+
+
+def _measured(r: RunResult) -> list[JobRecord]:
+    return [x for x in r.records if x.measured]
+
+
+def makespan(r: RunResult) -> float:
+    """Last completion − first submission, seconds."""
+    return max(x.end_s for x in r.records) - min(x.job.arrival_s for x in r.records)
+
+
+def summary(r: RunResult) -> dict[str, Any]:
+    """The ``summary.json`` entry of one policy (exactly the documented keys)."""
+    m = _measured(r)
+    ratios = [x.ratio_to_ideal for x in m if x.ratio_to_ideal is not None]
+    dec = np.asarray([x.decision_ms for x in r.records], dtype=np.float64)
+    return {
+        "effbw_sensitive_gbps": quantiles([x.effbw_gbps for x in m]),
+        "effbw_ratio_to_ideal": quantiles([v for v in ratios if v is not None]),
+        "queueing_time_s": quantiles([x.queueing_s for x in r.records]),
+        "makespan_s": round(makespan(r), 3),
+        "decision_ms": {
+            "p50": round(float(np.percentile(dec, 50)), 4),
+            "p99": round(float(np.percentile(dec, 99)), 4),
+        },
+    }
+
+
+def time_weighted_mean(r: RunResult, attr: str) -> float:
+    """Time-weighted mean of a timeline field over the run."""
+    tl = r.timeline
+    if len(tl) < 2:
+        return float(getattr(tl[0], attr)) if tl else 0.0
+    total = 0.0
+    for a, b in zip(tl, tl[1:], strict=False):
+        total += float(getattr(a, attr)) * (b.time_s - a.time_s)
+    span = tl[-1].time_s - tl[0].time_s
+    return total / span if span > 0 else float(getattr(tl[-1], attr))
+
+
+def details(r: RunResult) -> dict[str, Any]:
+    """Everything else worth keeping about a run (``details.json``)."""
+    m = _measured(r)
+    known = [x.got_optimum for x in m if x.got_optimum is not None]
+    runs = [x.run_s for x in m]
+    return {
+        "node_choice": r.node_choice,
+        "jobs": len(r.records),
+        "sensitive_multi_gpu_jobs": len(m),
+        "optimal_share": round(sum(known) / len(known), 4) if known else None,
+        "optimal_unknown": len(m) - len(known),
+        "effbw_eq2_sensitive_gbps": quantiles([x.effbw_eq2_gbps for x in m]),
+        "run_time_sensitive_s": quantiles(runs),
+        "run_time_all_s": quantiles([x.run_s for x in r.records]),
+        "bandwidth_slowdown_sensitive": quantiles([x.bandwidth_factor for x in m]),
+        "queueing_mean_s": round(float(np.mean([x.queueing_s for x in r.records])), 3),
+        "postponed_jobs": sum(1 for x in r.records if x.postponements > 0),
+        "fragmentation_mean": round(time_weighted_mean(r, "fragmentation"), 4),
+        "utilisation_mean": round(time_weighted_mean(r, "busy_gpus") / r.total_gpus, 4),
+        "decision_ms_mean": round(float(np.mean([x.decision_ms for x in r.records])), 4),
+        "policy_cache": {"hits": r.cache_hits, "misses": r.cache_misses},
+        "wall_s": round(r.wall_s, 3),
+    }
+
+
+JOB_COLUMNS = (
+    "job", "network", "gpus_requested", "pattern", "sensitive", "profile", "min_utility",
+    "arrival_s", "start_s", "end_s", "queueing_s", "run_s", "node", "gpus", "mapping",
+    "effbw_gbps", "effbw_eq2_gbps", "policy_effbw_gbps", "ideal_gbps", "ratio_to_ideal",
+    "best_available_gbps", "got_optimum", "bandwidth_factor", "decision_ms", "attempts",
+    "postponements",
+)  # fmt: skip
+
+
+def _fmt(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return round(v, 4)
+    if isinstance(v, tuple):
+        return " ".join(str(x) for x in v)
+    return v
+
+
+def write_jobs_csv(r: RunResult, path: Path) -> None:
+    """One row per job (columns :data:`JOB_COLUMNS`)."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(JOB_COLUMNS)
+        for x in r.records:
+            j = x.job
+            w.writerow([_fmt(v) for v in (
+                j.id, j.network, j.gpus, j.pattern, j.sensitive, j.profile, j.min_utility,
+                j.arrival_s, x.start_s, x.end_s, x.queueing_s, x.run_s, x.node, x.gpus,
+                x.mapping, x.effbw_gbps, x.effbw_eq2_gbps, x.policy_effbw_gbps, x.ideal_gbps,
+                x.ratio_to_ideal, x.best_available_gbps, x.got_optimum, x.bandwidth_factor,
+                x.decision_ms, x.attempts, x.postponements,
+            )])  # fmt: skip
+
+
+def write_timeline_csv(r: RunResult, path: Path) -> None:
+    """The cluster after every event instant."""
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(("time_s", "busy_gpus", "queued", "running", "fragmentation"))
+        for s in r.timeline:
+            w.writerow((round(s.time_s, 4), s.busy_gpus, s.queued, s.running,
+                        round(s.fragmentation, 5)))
+
+
+def _cell(v: float | None, digits: int = 1) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def tables_markdown(results: Sequence[RunResult], reference: str | None = None) -> str:
+    """The summary tables (Markdown): MAPA Table 3's normalised execution-time speed-ups, and
+    placement quality, waiting and decision time."""
+    if not results:
+        return ""
+    ref = next((r for r in results if r.policy == reference), None)
+    if ref is None:
+        ref = next((r for r in results if r.policy == "baseline"), results[0])
+    ref_runs = quantiles([x.run_s for x in _measured(ref)])
+    ref_span = makespan(ref)
+    lines = [
+        f"Execution-time speed-up of bandwidth-sensitive multi-GPU jobs at each quantile, and "
+        f"throughput, normalised to `{ref.policy}` (MAPA Table 3; > 1 = faster):",
+        "",
+        "| Policy | MIN | 25th % | 50th % | 75th % | MAX | Tput |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        runs = quantiles([x.run_s for x in _measured(r)])
+        cells = []
+        for k in QKEYS:
+            a, b = ref_runs[k], runs[k]
+            cells.append("–" if not a or not b else f"{a / b:.3f}")
+        tput = ref_span / makespan(r) if makespan(r) > 0 else 0.0
+        lines.append(f"| {r.policy} | " + " | ".join(cells) + f" | {tput:.3f} |")
+    lines += [
+        "",
+        "Placement quality (judged EffBW of bandwidth-sensitive multi-GPU jobs, GB/s), waiting "
+        "and deciding:",
+        "",
+        "| Policy | EffBW min | p25 | median | p75 | max | EffBW/ideal median | optimum "
+        "share | Eq. 2 median | queue mean s | queue p75 s | makespan s | frag. mean | "
+        "decision p50 ms | p99 ms |",
+        "|---|" + "---:|" * 15,
+    ]
+    for r in results:
+        s, d = summary(r), details(r)
+        e, q = s["effbw_sensitive_gbps"], s["queueing_time_s"]
+        opt = d["optimal_share"]
+        lines.append(
+            f"| {r.policy} | {_cell(e['min'])} | {_cell(e['p25'])} | {_cell(e['median'])} | "
+            f"{_cell(e['p75'])} | {_cell(e['max'])} | "
+            f"{_cell(s['effbw_ratio_to_ideal']['median'], 3)} | "
+            f"{'–' if opt is None else f'{opt:.2f}'} | "
+            f"{_cell(d['effbw_eq2_sensitive_gbps']['median'])} | {d['queueing_mean_s']:.0f} | "
+            f"{_cell(q['p75'], 0)} | {s['makespan_s']:.0f} | {d['fragmentation_mean']:.3f} | "
+            f"{s['decision_ms']['p50']:.3f} | {s['decision_ms']['p99']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def plots(results: Sequence[RunResult], out: Path, title: str) -> list[Path]:
+    """Box plots of EffBW and EffBW/ideal by policy, the CDF of queueing time, and
+    fragmentation over time (PNG, matplotlib's Agg backend). Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r.policy for r in results]
+    written: list[Path] = []
+
+    fig, axes = plt.subplots(1, 2, figsize=(max(10, 1.3 * len(names) * 2), 5.5))
+    data = [[x.effbw_gbps for x in _measured(r)] or [0.0] for r in results]
+    axes[0].boxplot(data, whis=(0, 100))
+    axes[0].set_title("EffBW of bandwidth-sensitive jobs")
+    axes[0].set_ylabel("predicted EffBW, GB/s")
+    ratio = [[v for x in _measured(r) if (v := x.ratio_to_ideal) is not None] or [0.0]
+             for r in results]
+    axes[1].boxplot(ratio, whis=(0, 100))
+    axes[1].axhline(1.0, color="grey", lw=0.8, ls="--")
+    axes[1].set_title("EffBW / ideal (best set on an idle node)")
+    axes[1].set_ylabel("ratio")
+    for ax in axes:
+        ax.set_xticks(range(1, len(names) + 1), names, rotation=35, ha="right")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{title}: placement quality (boxes: quartiles, whiskers: min–max)")
+    fig.tight_layout()
+    path = out / "effbw_boxplot.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for r in results:
+        q = np.sort([x.queueing_s for x in r.records])
+        ax.step(q, np.arange(1, len(q) + 1) / len(q), where="post", label=r.policy)
+    ax.set_xlabel("queueing time, s")
+    ax.set_ylabel("share of jobs")
+    ax.set_title(f"{title}: CDF of queueing time (left/up = better)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "queueing_cdf.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    for r in results:
+        t = [s.time_s for s in r.timeline]
+        ax1.step(t, [s.fragmentation for s in r.timeline], where="post", label=r.policy, lw=1)
+        ax2.step(t, [s.busy_gpus / r.total_gpus for s in r.timeline], where="post",
+                 label=r.policy, lw=1)
+    ax1.set_ylabel("fragmentation")
+    ax1.set_title(f"{title}: fragmentation of the free GPUs over time "
+                  "(0 = as well connected as possible)")
+    ax2.set_ylabel("busy GPU share")
+    ax2.set_xlabel("time, s")
+    for ax in (ax1, ax2):
+        ax.grid(alpha=0.3)
+    ax1.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    path = out / "fragmentation.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def write_all(results: Sequence[RunResult], out: Path, *, title: str, meta: dict[str, Any],
+              make_plots: bool = True) -> dict[str, Any]:
+    """Write every output into ``out`` and return ``summary.json``'s content."""
+    out.mkdir(parents=True, exist_ok=True)
+    summ = {r.policy: summary(r) for r in results}
+    for r in results:
+        write_jobs_csv(r, out / f"jobs-{r.policy}.csv")
+        write_timeline_csv(r, out / f"timeline-{r.policy}.csv")
+    (out / "summary.json").write_text(json.dumps(summ, indent=2) + "\n")
+    det = {"meta": meta, "policies": {r.policy: details(r) for r in results}}
+    (out / "details.json").write_text(json.dumps(det, indent=2) + "\n")
+    md = f"# {title}\n\n" + "\n".join(f"- {k}: {v}" for k, v in meta.items()) + "\n\n"
+    md += tables_markdown(results)
+    (out / "summary.md").write_text(md)
+    if make_plots:
+        plots(results, out, title)
+    return summ

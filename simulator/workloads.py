@@ -1,0 +1,482 @@
+"""Workloads: jobs, the generators of the papers' traces, and workload files.
+
+A workload spec is ``NAME[:key=value,...]`` or a file path:
+
+* ``mapa`` — MAPA §4: 300 jobs, GPUs uniform in 1–5, networks uniform over AlexNet,
+  Inception-v3, VGG-16, ResNet-50 (bandwidth sensitive), CaffeNet and GoogleNet (insensitive)
+  (Fig. 5b), pattern ring; all submitted at t = 0 to a FIFO queue (MAPA's job file).
+  Keys: ``jobs``, ``arrival=batch|poisson``, ``rate`` (jobs/min, Poisson arrivals).
+* ``amaral-prototype`` — Amaral §5.2, Table 1 (``simulator/data/amaral-prototype.json``).
+* ``amaral-s1`` — Amaral §5.5.1: 100 jobs, 5 Minsky machines, Poisson arrivals λ = 10 jobs/min,
+  batch class Binomial(3, ½) over tiny…big, network Binomial(2, ½) over AlexNet, CaffeRef,
+  GoogLeNet. Keys: ``jobs``, ``rate``.
+* ``amaral-s2`` — Amaral §5.5.2: 10 000 jobs on 1 000 machines. The paper keeps λ = 10/min;
+  on 200× the machines of s1 that leaves the cluster idle, so by default λ scales with the
+  node count to keep s1's load per machine (2 jobs/min per machine; ``rate=`` overrides).
+* a ``.json`` / ``.yaml`` / ``.csv`` file (format in ``docs/simulator.md``); every run writes
+  its workload as ``DIR/workload.json``, so a generated trace can be replayed exactly.
+
+Assumptions the papers leave open (GPU counts of Amaral's generated jobs, base run times,
+communication shares) are module constants below, each with its source or reasoning.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import random
+from dataclasses import asdict, dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from simulator import SimulationError
+from topology.patterns import PatternError, parse_pattern
+from topology.policies.amaral import lookup_profile
+from topology.policies.base import Request, RequestError
+
+# ------------------------------------------------------------------------------ networks
+
+
+@dataclass(frozen=True)
+class NetworkModel:
+    """How a network's run time responds to bandwidth (see :mod:`simulator.runtime`).
+
+    Attributes:
+        base_s: solo run time on the ideal GPU set, seconds (mean; jobs jitter around it).
+        comm_share: share of that run time spent communicating at the ideal bandwidth.
+        sensitive: bandwidth sensitive (MAPA Fig. 5b).
+    """
+
+    base_s: float
+    comm_share: float
+    sensitive: bool
+
+
+#: MAPA's six networks. Sensitivity: MAPA Fig. 5b. Communication shares: VGG-16 runs 3× faster
+#: on a double NVLink than on PCIe (MAPA §2.1, Fig. 2b: 2 GPUs, 50 vs 12 GB/s links; with the
+#: run-time model that is a share of 0.63); the other sensitive networks are placed below it in
+#: the order of their data sizes (Fig. 5a); insensitive ones barely respond (Fig. 16). Base run
+#: times: the 300–800 s range of MAPA Fig. 13's execution times.
+MAPA_NETWORKS: dict[str, NetworkModel] = {
+    "alexnet": NetworkModel(350.0, 0.45, True),
+    "inception-v3": NetworkModel(500.0, 0.35, True),
+    "vgg16": NetworkModel(400.0, 0.63, True),
+    "resnet50": NetworkModel(450.0, 0.40, True),
+    "caffenet": NetworkModel(300.0, 0.04, False),
+    "googlenet": NetworkModel(350.0, 0.03, False),
+}
+
+#: Amaral Fig. 4: pack (P2P over NVLink) vs spread speedup on Minsky by network and batch
+#: class (AlexNet ≈1.30× with tiny batches, ≈1.20× at batch 8, even above 16; GoogLeNet
+#: hardly responds; CaffeRef, "based on AlexNet", slightly below it).
+AMARAL_PACK_SPEEDUP: dict[str, dict[str, float]] = {
+    "alexnet": {"tiny": 1.30, "small": 1.25, "medium": 1.20, "big": 1.02},
+    "cafferef": {"tiny": 1.27, "small": 1.22, "medium": 1.15, "big": 1.02},
+    "googlenet": {"tiny": 1.05, "small": 1.03, "medium": 1.02, "big": 1.00},
+}
+#: Solo run time (s) of an AlexNet job on the best GPUs by batch class (Amaral's prototype:
+#: Job 0, a tiny-batch AlexNet, ends ≈70 s after it starts); CaffeRef ×0.9, GoogLeNet ×1.4.
+AMARAL_BASE_S = {"tiny": 70.0, "small": 90.0, "medium": 140.0, "big": 300.0}
+AMARAL_NET_TIME = {"alexnet": 1.0, "cafferef": 0.9, "googlenet": 1.4}
+#: Minsky's pack/spread EffBW ratio for a GPU pair (NV2 40 GB/s vs SYS 12 GB/s); turns a pack
+#: speedup S into a communication share (S - 1) / (ratio - 1).
+MINSKY_PACK_RATIO = 40.0 / 12.0
+AMARAL_BATCHES = ("tiny", "small", "medium", "big")
+AMARAL_NETS = ("alexnet", "cafferef", "googlenet")
+#: Amaral's generator does not say how many GPUs a job asks for; Table 1 has 1- and 2-GPU
+#: jobs and §5.2 "some needing more than two". We draw 1 + Binomial(3, 1/3) (1: 30 %,
+#: 2: 44 %, 3: 22 %, 4: 4 %) — at most a whole Minsky.
+AMARAL_GPU_TRIALS, AMARAL_GPU_P = 3, 1 / 3
+#: Table 1's minimum utilities.
+AMARAL_MIN_UTILITY = {1: 0.3}
+AMARAL_MIN_UTILITY_MULTI = 0.5
+#: A job counts as bandwidth sensitive when packing speeds it up by at least this (Fig. 4).
+AMARAL_SENSITIVE_SPEEDUP = 1.10
+
+
+def amaral_comm_share(network: str, batch: str) -> float:
+    """Communication share of an Amaral job, from its Fig. 4 pack speedup on Minsky."""
+    s = AMARAL_PACK_SPEEDUP[network][batch]
+    return round((s - 1.0) / (MINSKY_PACK_RATIO - 1.0), 4)
+
+
+# ------------------------------------------------------------------------------ jobs
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job of a workload.
+
+    Attributes:
+        id: unique id (the order of submission at equal arrival times).
+        arrival_s: submission time, seconds.
+        gpus: whole GPUs requested (≥ 1).
+        network: model name (``vgg16``, ``alexnet``, …; free text for other jobs).
+        runtime_s: solo run time on the ideal GPU set, seconds.
+        comm_share: share of ``runtime_s`` spent communicating (0–1).
+        sensitive: bandwidth sensitive (``gputopo.io/bandwidth-sensitive``).
+        pattern: communication pattern text (``ring``, ``all-to-all``, edge list).
+        profile: performance profile for interference (``alexnet/tiny``), or None.
+        min_utility: TOPO-AWARE-P's minimum utility (``gputopo.io/min-utility``), or None.
+    """
+
+    id: int
+    arrival_s: float
+    gpus: int
+    network: str
+    runtime_s: float
+    comm_share: float
+    sensitive: bool
+    pattern: str = "all-to-all"
+    profile: str | None = None
+    min_utility: float | None = None
+
+    def request(self) -> Request:
+        """The pod's request as the extender would build it from the annotations.
+
+        Raises:
+            SimulationError: bad pattern / profile / minimum utility.
+        """
+        try:
+            pat = parse_pattern(self.pattern, self.gpus)
+            return Request(count=self.gpus, pattern=pat, bandwidth_sensitive=self.sensitive,
+                           min_utility=self.min_utility, profile=self.profile)
+        except (PatternError, RequestError) as exc:
+            raise SimulationError(f"job {self.id}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A list of jobs and how to run them.
+
+    Attributes:
+        name: label.
+        jobs: the jobs, sorted by (arrival, id).
+        interference: model co-location interference between jobs' profiles at run time
+            (Amaral §3.3); MAPA's evaluation does not.
+        default_nodes: node count when the CLI gets no ``--nodes``.
+        default_topology: the papers' machine for this workload (informative).
+        description: one line.
+        params: generator parameters (for the report).
+    """
+
+    name: str
+    jobs: tuple[Job, ...]
+    interference: bool = False
+    default_nodes: int = 1
+    default_topology: str | None = None
+    description: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The workload file form (``DIR/workload.json``)."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "interference": self.interference,
+            "default_nodes": self.default_nodes,
+            "default_topology": self.default_topology,
+            "params": self.params,
+            "jobs": [asdict(j) for j in self.jobs],
+        }
+
+
+# ------------------------------------------------------------------------------ generators
+
+
+def _binomial(rng: random.Random, n: int, p: float) -> int:
+    return sum(1 for _ in range(n) if rng.random() < p)
+
+
+def mapa(jobs: int = 300, seed: int = 0, arrival: str = "batch", rate: float = 10.0) -> Workload:
+    """MAPA §4's trace (module docstring).
+
+    Raises:
+        SimulationError: bad parameters.
+    """
+    if jobs < 1:
+        raise SimulationError("mapa: jobs must be at least 1")
+    if arrival not in ("batch", "poisson"):
+        raise SimulationError("mapa: arrival must be batch or poisson")
+    if rate <= 0:
+        raise SimulationError("mapa: rate must be positive")
+    rng = random.Random(seed)
+    names = list(MAPA_NETWORKS)
+    out: list[Job] = []
+    t = 0.0
+    for i in range(jobs):
+        if arrival == "poisson":
+            t += rng.expovariate(rate / 60.0)
+        net = rng.choice(names)
+        m = MAPA_NETWORKS[net]
+        gpus = rng.randint(1, 5)
+        out.append(Job(
+            id=i, arrival_s=round(t, 3), gpus=gpus, network=net,
+            runtime_s=round(m.base_s * rng.uniform(0.75, 1.25), 1), comm_share=m.comm_share,
+            sensitive=m.sensitive, pattern="ring", profile=net,
+        ))
+    return Workload(
+        "mapa", tuple(out), interference=False, default_nodes=1, default_topology="dgx1-v100",
+        description=f"MAPA §4: {jobs} jobs, 1-5 GPUs, ring, six networks (Fig. 5b)",
+        params={"jobs": jobs, "seed": seed, "arrival": arrival, "rate_per_min": rate},
+    )
+
+
+def amaral_job(i: int, t: float, gpus: int, network: str, batch: str,
+               jitter: float = 1.0) -> Job:
+    """An Amaral job (run time, communication share, sensitivity from the tables above)."""
+    share = amaral_comm_share(network, batch)
+    base = AMARAL_BASE_S[batch] * AMARAL_NET_TIME[network] * jitter
+    return Job(
+        id=i, arrival_s=round(t, 3), gpus=gpus, network=network, runtime_s=round(base, 1),
+        comm_share=share,
+        sensitive=AMARAL_PACK_SPEEDUP[network][batch] >= AMARAL_SENSITIVE_SPEEDUP,
+        pattern="all-to-all", profile=f"{network}/{batch}",
+        min_utility=AMARAL_MIN_UTILITY.get(gpus, AMARAL_MIN_UTILITY_MULTI),
+    )
+
+
+def amaral(jobs: int, seed: int, rate: float, name: str, nodes: int) -> Workload:
+    """Amaral §5.3's generator: Poisson arrivals (``rate`` jobs/min), Binomial batch class and
+    network, 1 + Binomial(3, 1/3) GPUs, all-to-all pattern, Table 1 minimum utilities.
+
+    Raises:
+        SimulationError: bad parameters.
+    """
+    if jobs < 1 or rate <= 0:
+        raise SimulationError(f"{name}: jobs must be at least 1 and rate positive")
+    rng = random.Random(seed)
+    out: list[Job] = []
+    t = 0.0
+    for i in range(jobs):
+        t += rng.expovariate(rate / 60.0)
+        batch = AMARAL_BATCHES[_binomial(rng, 3, 0.5)]
+        net = AMARAL_NETS[_binomial(rng, 2, 0.5)]
+        gpus = 1 + _binomial(rng, AMARAL_GPU_TRIALS, AMARAL_GPU_P)
+        out.append(amaral_job(i, t, gpus, net, batch, rng.uniform(0.9, 1.1)))
+    return Workload(
+        name, tuple(out), interference=True, default_nodes=nodes, default_topology="minsky",
+        description=f"Amaral §5.3: {jobs} jobs, Poisson λ={rate:g}/min, Binomial batch/network",
+        params={"jobs": jobs, "seed": seed, "rate_per_min": rate},
+    )
+
+
+def amaral_prototype() -> Workload:
+    """Amaral Table 1 (the packaged data file)."""
+    text = resources.files("simulator").joinpath("data/amaral-prototype.json").read_text()
+    return _from_mapping(json.loads(text), "amaral-prototype")
+
+
+# ------------------------------------------------------------------------------ files
+
+
+def _num(value: Any, key: str, where: str, kind: type = float) -> Any:
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise SimulationError(f"{where}: {key}={value!r} is not a number") from None
+    if isinstance(out, float) and not math.isfinite(out):
+        raise SimulationError(f"{where}: {key} must be finite")
+    return out
+
+
+def _bool(value: Any, key: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1"):
+        return True
+    if text in ("false", "no", "0"):
+        return False
+    raise SimulationError(f"{where}: {key}={value!r} is not true/false")
+
+
+def job_from_mapping(raw: dict[str, Any], index: int) -> Job:
+    """A :class:`Job` from a file row (keys in ``docs/simulator.md``).
+
+    Unknown MAPA/Amaral networks need ``runtime_s``; known ones take the tables' defaults.
+
+    Raises:
+        SimulationError: a missing or malformed field.
+    """
+    where = f"job {raw.get('id', index)}"
+    allowed = {"id", "arrival_s", "gpus", "network", "batch", "runtime_s", "comm_share",
+               "sensitive", "pattern", "profile", "min_utility"}
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise SimulationError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    if "gpus" not in raw:
+        raise SimulationError(f"{where}: missing gpus")
+    gpus = _num(raw["gpus"], "gpus", where, float)
+    if gpus != int(gpus) or gpus < 1:
+        raise SimulationError(f"{where}: gpus must be a whole number >= 1 (fractional "
+                              "requests are not simulated)")
+    gpus = int(gpus)
+    jid = _num(raw.get("id", index), "id", where, int)
+    arrival = _num(raw.get("arrival_s", 0.0), "arrival_s", where)
+    if arrival < 0:
+        raise SimulationError(f"{where}: arrival_s must be >= 0")
+    network = str(raw.get("network") or "job").strip().lower()
+    batch = raw.get("batch") or None
+    if batch is not None and network in AMARAL_PACK_SPEEDUP and batch in AMARAL_BASE_S:
+        base = amaral_job(jid, arrival, gpus, network, str(batch))
+    elif batch is not None:
+        raise SimulationError(f"{where}: batch {batch!r} needs an Amaral network "
+                              f"({', '.join(AMARAL_NETS)}) and class ({', '.join(AMARAL_BATCHES)})")
+    elif network in MAPA_NETWORKS:
+        m = MAPA_NETWORKS[network]
+        base = Job(jid, arrival, gpus, network, m.base_s, m.comm_share, m.sensitive, "ring",
+                   network)
+    else:
+        if "runtime_s" not in raw:
+            raise SimulationError(f"{where}: network {network!r} is not in the tables; give "
+                                  "runtime_s")
+        base = Job(jid, arrival, gpus, network, 0.0, 0.0, gpus > 1)
+    overrides: dict[str, Any] = {}
+    if "runtime_s" in raw:
+        overrides["runtime_s"] = _num(raw["runtime_s"], "runtime_s", where)
+    if "comm_share" in raw and raw["comm_share"] not in ("", None):
+        overrides["comm_share"] = _num(raw["comm_share"], "comm_share", where)
+    elif network not in MAPA_NETWORKS and batch is None:
+        overrides["comm_share"] = 0.5 if _bool(raw.get("sensitive", gpus > 1), "sensitive",
+                                               where) else 0.0
+    if "sensitive" in raw and raw["sensitive"] not in ("", None):
+        overrides["sensitive"] = _bool(raw["sensitive"], "sensitive", where)
+    if raw.get("pattern"):
+        overrides["pattern"] = str(raw["pattern"])
+    if raw.get("profile"):
+        overrides["profile"] = str(raw["profile"])
+    if raw.get("min_utility") not in (None, ""):
+        overrides["min_utility"] = _num(raw["min_utility"], "min_utility", where)
+    job = replace(base, **overrides)
+    if job.runtime_s <= 0:
+        raise SimulationError(f"{where}: runtime_s must be > 0")
+    if not 0.0 <= job.comm_share <= 1.0:
+        raise SimulationError(f"{where}: comm_share must be in [0, 1]")
+    if job.profile is not None:
+        try:
+            lookup_profile(job.profile)
+        except RequestError as exc:
+            raise SimulationError(f"{where}: {exc}") from None
+    job.request()  # validates pattern and min_utility
+    return job
+
+
+def _from_mapping(doc: Any, origin: str) -> Workload:
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise SimulationError(f"{origin}: a workload file needs a 'jobs' list")
+    rows = doc["jobs"]
+    if not rows:
+        raise SimulationError(f"{origin}: the workload has no jobs")
+    jobs = [job_from_mapping(r if isinstance(r, dict) else {}, i) for i, r in enumerate(rows)]
+    return _finish(
+        Workload(
+            name=str(doc.get("name") or Path(origin).stem),
+            jobs=tuple(jobs),
+            interference=_bool(doc.get("interference", False), "interference", origin),
+            default_nodes=int(_num(doc.get("default_nodes", 1), "default_nodes", origin, int)),
+            default_topology=doc.get("default_topology"),
+            description=str(doc.get("description", "")),
+            params=dict(doc.get("params") or {}),
+        )
+    )
+
+
+def _finish(w: Workload) -> Workload:
+    ids = [j.id for j in w.jobs]
+    if len(set(ids)) != len(ids):
+        raise SimulationError(f"{w.name}: duplicate job ids")
+    if w.default_nodes < 1:
+        raise SimulationError(f"{w.name}: default_nodes must be >= 1")
+    return replace(w, jobs=tuple(sorted(w.jobs, key=lambda j: (j.arrival_s, j.id))))
+
+
+def load_file(path: str) -> Workload:
+    """Read a workload from a ``.json``, ``.yaml``/``.yml`` or ``.csv`` file.
+
+    Raises:
+        SimulationError: unreadable file or malformed content (one line).
+    """
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SimulationError(f"cannot read workload file {path}: {exc.strerror}") from None
+    suffix = p.suffix.lower()
+    try:
+        if suffix == ".csv":
+            rows = list(csv.DictReader(io.StringIO(text)))
+            doc: Any = {"name": p.stem, "jobs": [{k: v for k, v in r.items() if v != ""}
+                                                 for r in rows]}
+        elif suffix in (".yaml", ".yml"):
+            doc = yaml.safe_load(text)
+        else:
+            doc = json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError, csv.Error) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise SimulationError(f"workload file {path} is malformed: {first}") from None
+    return _from_mapping(doc, str(p))
+
+
+GENERATORS = ("mapa", "amaral-prototype", "amaral-s1", "amaral-s2")
+
+
+def _params(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SimulationError(f"bad workload parameter {item!r}: expected key=value")
+        out[key.strip().lower()] = value.strip()
+    return out
+
+
+def load_workload(spec: str, *, seed: int = 0, nodes: int | None = None) -> Workload:
+    """Resolve a workload spec (module docstring) to a :class:`Workload`.
+
+    Args:
+        spec: ``mapa``, ``amaral-prototype``, ``amaral-s1``, ``amaral-s2`` with optional
+            ``:key=value,...``, or a file path.
+        seed: generator seed.
+        nodes: the cluster's node count, if known (``amaral-s2`` scales its rate with it).
+
+    Raises:
+        SimulationError: unknown name, bad parameter, unreadable or malformed file.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise SimulationError("empty workload spec")
+    name, _, rest = spec.partition(":")
+    key = name.strip().lower()
+    if key not in GENERATORS:
+        if Path(spec).expanduser().exists():
+            return load_file(spec)
+        raise SimulationError(
+            f"unknown workload {spec!r}: use one of {', '.join(GENERATORS)} or a file path"
+        )
+    params = _params(rest)
+
+    def take(k: str, default: Any, kind: type) -> Any:
+        if k not in params:
+            return default
+        return _num(params.pop(k), k, key, kind)
+
+    if key == "mapa":
+        w = mapa(jobs=take("jobs", 300, int), seed=seed,
+                 arrival=params.pop("arrival", "batch"), rate=take("rate", 10.0, float))
+    elif key == "amaral-prototype":
+        w = amaral_prototype()
+    elif key == "amaral-s1":
+        w = amaral(take("jobs", 100, int), seed, take("rate", 10.0, float), "amaral-s1", 5)
+    else:
+        n = nodes if nodes is not None else 1000
+        w = amaral(take("jobs", 10_000, int), seed, take("rate", 2.0 * n, float),
+                   "amaral-s2", 1000)
+    if params:
+        raise SimulationError(f"unknown parameter(s) for {key}: {', '.join(sorted(params))}")
+    return _finish(w)
