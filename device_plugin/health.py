@@ -103,11 +103,12 @@ def start_nvml_watch(
 
     watched = list(uuids)
 
+    def report(uuid: str, healthy: bool, xid: int | None) -> None:
+        state.set_health(uuid, healthy, xid)
+
     def run() -> None:
         try:
-            watch_health(
-                nvml, watched, lambda u, ok, xid: state.set_health(u, ok, xid), stop, poll_ms=500
-            )
+            watch_health(nvml, watched, report, stop, poll_ms=500)
         except DiscoveryError as exc:
             log.error("GPU health watch stopped: %s", exc)
 
