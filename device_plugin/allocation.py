@@ -140,13 +140,15 @@ class Allocator:
             if found or time.monotonic() >= deadline:
                 break
             self._sleep(0.1)
-        if found and found[0].started:
-            return found  # a pod mid-admission: the kubelet is finishing it
         view = self.view.snapshot()
         if view is None:
+            if found and found[0].started:
+                return found  # a pod mid-admission: the kubelet is finishing it
             if len(found) > 1:
                 self.metrics.identity_fallback.labels(spec.name).inc()
             return found
+        # The kubelet lists only active pods: one it rejected mid-admission (even one with
+        # some records already) drops out here at once.
         narrowed = in_flight(found, view, spec.name)
         if not narrowed and found:
             raise IdentityError(self._unknown_admission(spec, pods, view))

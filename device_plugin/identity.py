@@ -10,11 +10,11 @@ pod. gputopo answers from three facts:
    ``{resource: {container: [GPU UUIDs]}}`` in the pod annotation ``gputopo.io/allocated``
    (and in memory), so a restarted plugin never hands the same pod out twice.
 3. **Which pod the kubelet is admitting.** The kubelet admits one pod at a time, allocating
-   its containers in order (init, then app), one resource at a time; so a pod with some but
-   not all of its records is the pod in admission and comes first. Otherwise, when the
-   kubelet's pod-resources API is available, the pods it knows that still lack R devices are
-   the in-flight pod (:func:`in_flight`); without it, the kubelet's admission order is the
-   guide: oldest ``creationTimestamp`` first (``HandlePodAdditions`` sorts each batch with
+   its containers in order (init, then app), one resource at a time. When the kubelet's
+   pod-resources API is available, the pods it knows that still lack R devices are the
+   in-flight pod (:func:`in_flight`). Without it, a pod with some but not all of its records
+   is the pod in admission and comes first, then the kubelet's admission order: oldest
+   ``creationTimestamp`` first (``HandlePodAdditions`` sorts each batch with
    ``PodsByCreationTime``), then namespace/name.
 
 ``GetPreferredAllocation`` proposes the first needing pod *of the requested size*: exactly

@@ -284,6 +284,24 @@ def test_fractional_request_that_contradicts_the_grant(topo: Topology) -> None:
         kubelet.allocate("default", "w", "main", CORE, 50)
 
 
+def test_a_pod_rejected_mid_admission_does_not_capture_the_next_one(topo: Topology) -> None:
+    d1 = decide(topo, NodeState(), Request(count=0, core_percent=40, memory_mib=2048))
+    d2 = decide(
+        topo, NodeState.whole([d1.gpus[0]]), Request(count=0, core_percent=40, memory_mib=2048)
+    )
+    assert d1.gpus != d2.gpus
+    limits = {CORE: 40, MEM: 8}
+    a = bound_pod("a", d1, limits=limits)
+    b = bound_pod("b", d2, limits=limits, created="2026-01-01T00:00:01Z")
+    _src, alloc, kubelet = setup(topo, [a, b])
+    kubelet.receive("default", "a", ["main"])
+    kubelet.allocate("default", "a", "main", CORE, 40)  # a is now mid-admission ...
+    kubelet.view.pods.pop(("default", "a"))  # ... and rejected (say its memory Allocate failed)
+    got = kubelet.admit(b)
+    assert got[CORE].pod.name == "b" and visible(got[CORE]) == [d2.uuids[0]]
+    assert got[MEM].pod.name == "b"
+
+
 # ---------------------------------------------------------------------------- containers
 def test_two_containers_split_the_pods_gpus(topo: Topology) -> None:
     d = decide(topo, NodeState(), Request(count=4))
