@@ -281,6 +281,29 @@ def test_kubelet_restart_makes_the_plugin_register_again(env) -> None:  # type: 
     assert got.envs["CUDA_VISIBLE_DEVICES"] == ",".join(d.uuids)
 
 
+def test_a_restarted_plugin_remembers_what_it_allocated(env) -> None:  # type: ignore[no-untyped-def]
+    """Without the pod-resources view, only the gputopo.io/allocated annotation tells a new
+    plugin process that the older pod already has its GPUs."""
+    kubelet, plugin = env
+    d1 = decide(TOPO, NodeState(), Request(count=1))
+    d2 = decide(TOPO, NodeState.whole(d1.gpus), Request(count=1))
+    plugin.set_pods([
+        bound_pod("old", d1, created="2026-01-01T00:00:00Z"),
+        bound_pod("new", d2, created="2026-01-01T00:00:01Z"),
+    ])  # fmt: skip
+    start_and_watch(kubelet, plugin, oracle=False)
+    kubelet.admit_pod("default", "old", {RESOURCE_GPU: 1})
+    assert plugin.stop() == 0
+    plugin.start(oracle=False)
+    kubelet.wait_registered(RESOURCES)  # registrations accumulate: wait for the new process
+    wait_for(lambda: sum(r.resource_name == RESOURCE_GPU for r in kubelet.registrations) >= 2)
+    kubelet.watch(RESOURCE_GPU)
+    kubelet.wait_devices(RESOURCE_GPU, lambda ds: len(ds) == 8)
+    got = kubelet.admit_pod("default", "new", {RESOURCE_GPU: 1})[RESOURCE_GPU]
+    assert got.envs["CUDA_VISIBLE_DEVICES"] == d2.uuids[0]
+    assert got.envs["GPUTOPO_POD"] == "default/new"
+
+
 def test_xid_flips_health_on_the_stream_at_once(env) -> None:  # type: ignore[no-untyped-def]
     kubelet, plugin = env
     start_and_watch(kubelet, plugin)
