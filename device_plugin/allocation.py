@@ -35,7 +35,7 @@ from device_plugin.kubelet_view import KubeletPods, KubeletView, NoKubeletView
 from device_plugin.metrics import Metrics
 from device_plugin.pods import PodInfo, PodSource, PodSourceError
 from device_plugin.response import ContainerGrant, grant
-from scheduler_extender.contract import parse_assignment
+from scheduler_extender.contract import AssignmentError, parse_assignment
 from topology.model import Topology
 
 log = logging.getLogger(__name__)
@@ -280,7 +280,7 @@ class Allocator:
             )
         try:
             assignment = parse_assignment(pod.annotations)
-        except Exception as exc:
+        except AssignmentError as exc:
             raise IdentityError(
                 f"pod {pod.key} (container {container}) is about to start on "
                 f"{resource} {','.join(devices)} without a usable gputopo "
