@@ -6,14 +6,22 @@ import datetime as dt
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from kubernetes import client as k8s_client
+from kubernetes.dynamic import DynamicClient
 
-from localcluster.chart import DEFAULT_NAMESPACE
+from localcluster import ControlPlane
+from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
+from localcluster.controlplane import SERVICE_ACCOUNT_ISSUER
+from topology import catalog
+from topology.serialization import dumps
 
 EXTENDER_DNS = f"gputopo-extender.{DEFAULT_NAMESPACE}.svc"
 
@@ -94,11 +102,15 @@ def tls_values(tls: TlsMaterial) -> dict[str, Any]:
     }
 
 
+CUSTOM_TOPOLOGY = "gaia-4gpu"
+"""Catalog machine whose annotation JSON the "fake" variant mounts as a custom topology file."""
+
 FAKE_VALUES: dict[str, Any] = {
     "devicePlugin": {
         "fakeTopology": "dgx1-v100",
-        "fakeTopologyByNodeLabel": {"a100": "dgx-a100", "custom": "/etc/gputopo/topologies/x.json"},
-        "topologyFiles": {"x.json": '{"schema": "gputopo.io/v1"}'},
+        "fakeTopologyByNodeLabel": {"a100": "dgx-a100",
+                                    "custom": "/etc/gputopo/topologies/custom.json"},
+        "topologyFiles": {"custom.json": dumps(catalog.get(CUSTOM_TOPOLOGY))},
     },
     "metrics": {"serviceMonitor": {"enabled": False}},
 }
@@ -115,3 +127,65 @@ def find(objs: Iterable[Obj], kind: str, name: str) -> Obj:
             return o
     present = [(o["kind"], o["metadata"]["name"]) for o in objs]
     raise AssertionError(f"no {kind}/{name} in {present}")
+
+
+# ------------------------------------------------------------------ control-plane helpers
+
+POD_NS = "default"
+NODES = ("gpu-node-a", "gpu-node-b")
+
+
+def sa_kubeconfig(cp: ControlPlane, sa: str) -> Path:
+    """A kubeconfig authenticating as ServiceAccount ``sa`` of the release namespace (a
+    TokenRequest token), so the chart's RBAC is all it has."""
+    status = cp.core_v1().create_namespaced_service_account_token(
+        sa, DEFAULT_NAMESPACE,
+        k8s_client.AuthenticationV1TokenRequest(spec=k8s_client.V1TokenRequestSpec(
+            audiences=[SERVICE_ACCOUNT_ISSUER], expiration_seconds=3600)),
+    ).status
+    assert status is not None and status.token
+    token = status.token
+    path = cp.workdir / f"{sa}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server_url,
+                                               "certificate-authority": str(cp.ca_path)}}],
+        "users": [{"name": sa, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": sa}}],
+        "current-context": "c",
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def install_chart(cp: ControlPlane, values: dict[str, Any]) -> None:
+    """Create the release namespace and every object the chart renders with ``values``."""
+    cp.core_v1().create_namespace(
+        k8s_client.V1Namespace(metadata=k8s_client.V1ObjectMeta(name=DEFAULT_NAMESPACE)))
+    dyn = DynamicClient(cp.api_client())
+    for obj in render_manifests(values):
+        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+        res.create(body=obj, namespace=obj["metadata"].get("namespace") if res.namespaced
+                   else None)
+
+
+def make_pod(name: str, limits: dict[str, str],
+             annotations: dict[str, str] | None = None) -> k8s_client.V1Pod:
+    """A pod for gputopo-scheduler in :data:`POD_NS` with these resource limits."""
+    return k8s_client.V1Pod(
+        metadata=k8s_client.V1ObjectMeta(name=name, namespace=POD_NS, annotations=annotations),
+        spec=k8s_client.V1PodSpec(
+            scheduler_name="gputopo-scheduler",
+            containers=[k8s_client.V1Container(
+                name="main", image="busybox:1.36",
+                resources=k8s_client.V1ResourceRequirements(limits=limits or None,
+                                                            requests={"cpu": "100m"}),
+            )],
+        ),
+    )
+
+
+def bound_node(cp: ControlPlane, name: str) -> str | None:
+    """The node pod ``name`` is bound to, None while unbound."""
+    pod = cp.core_v1().read_namespaced_pod(name, POD_NS)
+    return (pod.spec.node_name if pod.spec else None) or None

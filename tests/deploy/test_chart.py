@@ -27,8 +27,17 @@ from localcluster.chart import (
     scheduler_config_from_manifests,
 )
 from scheduler_extender.contract import MANAGED_RESOURCES, RESOURCE_GPU
-from tests.deploy.helpers import EXTENDER_DNS, FAKE_VALUES, Obj, TlsMaterial, find, tls_values
+from tests.deploy.helpers import (
+    CUSTOM_TOPOLOGY,
+    EXTENDER_DNS,
+    FAKE_VALUES,
+    Obj,
+    TlsMaterial,
+    find,
+    tls_values,
+)
 from topology import catalog
+from topology.discovery.fake_nvml import FakeNVML
 from topology.policies.registry import get_policy
 
 REPO = Path(__file__).resolve().parents[2]
@@ -421,7 +430,7 @@ def test_device_plugin_settings_env_names_exist() -> None:
         assert env.lower() in fields
 
 
-def test_fake_topologies(variants: dict[str, list[Obj]]) -> None:
+def test_fake_topologies(variants: dict[str, list[Obj]], tmp_path: Path) -> None:
     objs = variants["fake"]
     main = find(objs, "DaemonSet", "gputopo-device-plugin")
     assert "--fake-topology=dgx1-v100" in container(main)["args"]
@@ -437,11 +446,15 @@ def test_fake_topologies(variants: dict[str, list[Obj]]) -> None:
         "nvidia.com/gpu.present": "true", "gputopo.io/fake-topology": "a100"}
     assert "affinity" not in a100["spec"]["template"]["spec"]
     custom = find(objs, "DaemonSet", "gputopo-device-plugin-fake-custom")
-    assert "--fake-topology=/etc/gputopo/topologies/x.json" in container(custom)["args"]
+    assert "--fake-topology=/etc/gputopo/topologies/custom.json" in container(custom)["args"]
     assert {"name": "topologies", "mountPath": "/etc/gputopo/topologies", "readOnly": True} in \
         container(custom)["volumeMounts"]
     cm = find(objs, "ConfigMap", "gputopo-device-plugin-topologies")
-    assert json.loads(cm["data"]["x.json"]) == {"schema": "gputopo.io/v1"}
+    # The mounted file is what the device plugin's fake NVML reads.
+    path = tmp_path / "custom.json"
+    path.write_text(cm["data"]["custom.json"])
+    fake = FakeNVML.from_source(str(path))
+    assert fake.topology == catalog.get(CUSTOM_TOPOLOGY)
     # selectors of the DaemonSets differ, so they do not fight over pods
     selectors = {json.dumps(o["spec"]["selector"], sort_keys=True)
                  for o in objs if o["kind"] == "DaemonSet"}

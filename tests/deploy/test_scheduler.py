@@ -29,18 +29,25 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic import DynamicClient
 
 from localcluster import Binaries, BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import DEFAULT_NAMESPACE, render_manifests, render_scheduler_config
-from localcluster.controlplane import SERVICE_ACCOUNT_ISSUER, wait_until
-from tests.deploy.helpers import TlsMaterial, make_tls, tls_values
+from localcluster.chart import DEFAULT_NAMESPACE, render_scheduler_config
+from localcluster.controlplane import wait_until
+from tests.deploy.helpers import (
+    NODES,
+    POD_NS,
+    TlsMaterial,
+    bound_node,
+    install_chart,
+    make_pod,
+    make_tls,
+    sa_kubeconfig,
+    tls_values,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 
 NS = DEFAULT_NAMESPACE
-POD_NS = "default"
-NODES = ("gpu-node-a", "gpu-node-b")
 WAIT_S = 60.0
 
 
@@ -128,63 +135,12 @@ def binaries() -> Binaries:
         pytest.skip(f"control-plane binaries unavailable: {exc}")
 
 
-def _sa_kubeconfig(cp: ControlPlane, sa: str) -> Path:
-    """A kubeconfig authenticating as ServiceAccount ``sa`` of the release namespace."""
-    status = cp.core_v1().create_namespaced_service_account_token(
-        sa, NS,
-        k8s_client.AuthenticationV1TokenRequest(spec=k8s_client.V1TokenRequestSpec(
-            audiences=[SERVICE_ACCOUNT_ISSUER], expiration_seconds=3600)),
-    ).status
-    assert status is not None and status.token
-    token = status.token
-    path = cp.workdir / f"{sa}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": cp.server_url,
-                                               "certificate-authority": str(cp.ca_path)}}],
-        "users": [{"name": sa, "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": sa}}],
-        "current-context": "c",
-    }))
-    path.chmod(0o600)
-    return path
-
-
-def _install(cp: ControlPlane, values: dict[str, Any]) -> None:
-    cp.core_v1().create_namespace(
-        k8s_client.V1Namespace(metadata=k8s_client.V1ObjectMeta(name=NS)))
-    dyn = DynamicClient(cp.api_client())
-    for obj in render_manifests(values):
-        res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
-        res.create(body=obj, namespace=obj["metadata"].get("namespace") if res.namespaced
-                   else None)
-
-
-def _pod(name: str, limits: dict[str, str]) -> k8s_client.V1Pod:
-    return k8s_client.V1Pod(
-        metadata=k8s_client.V1ObjectMeta(name=name, namespace=POD_NS),
-        spec=k8s_client.V1PodSpec(
-            scheduler_name="gputopo-scheduler",
-            containers=[k8s_client.V1Container(
-                name="main", image="busybox:1.36",
-                resources=k8s_client.V1ResourceRequirements(limits=limits or None,
-                                                            requests={"cpu": "100m"}),
-            )],
-        ),
-    )
-
-
-def _bound_node(cp: ControlPlane, name: str) -> str | None:
-    pod = cp.core_v1().read_namespaced_pod(name, POD_NS)
-    return (pod.spec.node_name if pod.spec else None) or None
-
-
 @pytest.fixture(scope="module", params=["http", "https"])
 def scheduled(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[dict[str, Any]]:
     tls = make_tls() if request.param == "https" else None
     values = tls_values(tls) if tls else {}
     with ControlPlane(binaries) as cp:
-        _install(cp, values)
+        install_chart(cp, values)
         core = cp.core_v1()
         for n in NODES:
             cp.add_kwok_node(n, capacity={"cpu": 32, "memory": "256Gi", "nvidia.com/gpu": 8})
@@ -192,19 +148,19 @@ def scheduled(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[di
         with StubExtender(core, tls, cp.workdir) as stub:
             config_text = render_scheduler_config(stub.url, **values)
             cfg = yaml.safe_load(config_text)
-            sa_kubeconfig = _sa_kubeconfig(cp, "gputopo-scheduler")
-            cfg["clientConnection"] = {"kubeconfig": str(sa_kubeconfig)}
+            sched_kc = sa_kubeconfig(cp, "gputopo-scheduler")
+            cfg["clientConnection"] = {"kubeconfig": str(sched_kc)}
             proc = cp.start_scheduler(
                 yaml.safe_dump(cfg),
-                extra_args=[f"--authentication-kubeconfig={sa_kubeconfig}",
-                            f"--authorization-kubeconfig={sa_kubeconfig}"],
+                extra_args=[f"--authentication-kubeconfig={sched_kc}",
+                            f"--authorization-kubeconfig={sched_kc}"],
                 name="gputopo-scheduler",
             )
-            core.create_namespaced_pod(POD_NS, _pod("gpu-pod", {"nvidia.com/gpu": "2"}))
-            gpu_node = wait_until(lambda: _bound_node(cp, "gpu-pod"), WAIT_S,
+            core.create_namespaced_pod(POD_NS, make_pod("gpu-pod", {"nvidia.com/gpu": "2"}))
+            gpu_node = wait_until(lambda: bound_node(cp, "gpu-pod"), WAIT_S,
                                   "the GPU pod to be bound")
-            core.create_namespaced_pod(POD_NS, _pod("cpu-pod", {}))
-            cpu_node = wait_until(lambda: _bound_node(cp, "cpu-pod"), WAIT_S,
+            core.create_namespaced_pod(POD_NS, make_pod("cpu-pod", {}))
+            cpu_node = wait_until(lambda: bound_node(cp, "cpu-pod"), WAIT_S,
                                   "the CPU pod to be bound")
             lease = k8s_client.CoordinationV1Api(cp.api_client()).read_namespaced_lease(
                 "gputopo-scheduler", NS)
