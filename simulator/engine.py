@@ -26,7 +26,9 @@ idle machines are one call). Among the groups that accept, the *node choice* rul
   (NodeResourcesFit LeastAllocated) — the node with the most free GPUs;
 * ``first-fit`` (fcfs): the lowest-index node that fits (Amaral §5.2's FCFS);
 * ``most-allocated`` (best-fit): the fullest node that fits (Amaral's Best-Fit bin packing);
-* ``utility`` (topo-aware, topo-aware-p): the highest Amaral utility (Eq. 2).
+* ``utility`` (topo-aware, topo-aware-p): the highest Amaral utility (Eq. 2) without its
+  fragmentation term — Eq. 5 averaged over all the cluster's sockets is the same whichever node
+  takes the job — then the fullest node.
 
 **Decision time** is the wall-clock time of that whole step for the placed attempt (every
 group's ``place`` call, cache hits included, plus the node choice), per job.
@@ -275,8 +277,11 @@ class Simulation:
         if rule == "most-allocated" or rule == "first-fit":
             return (free_before,) if rule == "most-allocated" else ()
         if rule == "utility":
-            u = amaral.utility(self.topology, self._state(mask), req, decision.mapping).total
-            return (-round(u, 9), free_before)
+            # Eq. 5 over all of the cluster's sockets is the same whichever node is chosen, so
+            # nodes are ranked by the communication and interference terms, then fullest first
+            u = amaral.utility(self.topology, self._state(mask), req, decision.mapping)
+            a_cc, a_b, _ = amaral.ALPHA
+            return (-round(a_cc * u.communication + a_b * u.interference, 9), free_before)
         # extender
         quality = 1.0
         if req.sensitive and req.count > 1:

@@ -454,8 +454,13 @@ def load_workload(spec: str, *, seed: int = 0, nodes: int | None = None) -> Work
     name, _, rest = spec.partition(":")
     key = name.strip().lower()
     if key not in GENERATORS:
-        if Path(spec).expanduser().exists():
+        path = Path(spec).expanduser()
+        if path.exists():
+            if not path.is_file():
+                raise SimulationError(f"cannot read workload file {spec}: not a regular file")
             return load_file(spec)
+        if "/" in spec or path.suffix.lower() in (".json", ".yaml", ".yml", ".csv"):
+            raise SimulationError(f"workload file not found: {spec}")
         raise SimulationError(
             f"unknown workload {spec!r}: use one of {', '.join(GENERATORS)} or a file path"
         )
