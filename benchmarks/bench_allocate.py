@@ -233,6 +233,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     rounds = args.rounds or (3 if args.quick else 60)
+    load_before = os.getloadavg()
     results: dict[str, Any] = {}
     workdir = Path(tempfile.mkdtemp(prefix="gbench", dir="/tmp"))
     try:
@@ -259,6 +260,7 @@ def main() -> None:
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
             "platform": platform.platform(),
+            "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
         },
         "results": results,
     }
