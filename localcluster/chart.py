@@ -55,7 +55,7 @@ DEPLOY_HEADER = f"""\
 # GENERATED - do not edit. This file is exactly
 #   helm template {DEFAULT_RELEASE} helm/gputopo --namespace {DEFAULT_NAMESPACE}
 # with the chart's default values, below this header. Regenerate with scripts/render-deploy.sh
-# (tests/deploy/test_chart.py fails when it drifts from the chart).
+# (tests/deploy/test_deploy_chart.py fails when it drifts from the chart).
 #
 # Install:
 #   kubectl create namespace {DEFAULT_NAMESPACE}

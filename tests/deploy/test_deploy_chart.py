@@ -1,7 +1,7 @@
 """The Helm chart: lint, render variants, what the objects say, and deploy/ drift.
 
 These need only the helm binary (no control plane); the API-server and kube-scheduler checks
-are in test_apiserver.py and test_scheduler.py.
+are in test_deploy_apiserver.py, test_deploy_scheduler.py and test_deploy_stack.py.
 """
 
 from __future__ import annotations
