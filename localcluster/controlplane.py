@@ -122,7 +122,8 @@ class ControlPlane:
         ready_timeout_s: seconds each component may take to become ready.
         apiserver_args: extra kube-apiserver flags, appended last (so they override).
         etcd_on_tmpfs: put etcd's data directory under /dev/shm when it exists (no disk fsync
-            latency; the data is throwaway anyway).
+            latency; the data is throwaway anyway, and removed on stop even with
+            ``keep_workdir``).
         verbosity: klog ``-v`` for the Kubernetes components.
     """
 
@@ -257,7 +258,7 @@ class ControlPlane:
             self._api_client = None
         for proc in reversed(self._processes):
             proc.stop()
-        if self._etcd_data is not None and not self._keep_workdir:
+        if self._etcd_data is not None:  # tmpfs is RAM: never left behind, even when keeping
             shutil.rmtree(self._etcd_data, ignore_errors=True)
         if self._workdir is not None and self._owns_workdir and not self._keep_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
