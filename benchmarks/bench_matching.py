@@ -54,14 +54,24 @@ def main() -> None:
                     best = full.best.score(objective)  # type: ignore[arg-type]
                     got = pruned.best.score(objective)  # type: ignore[arg-type]
                     gap = 0.0 if best <= 0 else max(0.0, 1 - got / best) * 100
-                    cases.append({
-                        "machine": mname, "pattern": f"{pattern.name}-{k}", "objective": objective,
-                        "free": n_free, "exact": pruned.exact, "gap_percent": round(gap, 3),
-                        "pruned_s": round(t1 - t0, 4), "exhaustive_s": round(t2 - t1, 4),
-                        "matches": math.comb(n_free, k) * int(arrangements(k, pattern.edges).shape[0]),
-                    })
-                    print(f"{mname:17} {pattern.name}-{k} {objective:14} free={n_free:2} "
-                          f"gap={gap:6.3f}% pruned={t1 - t0:7.3f}s exhaustive={t2 - t1:7.3f}s")
+                    cases.append(
+                        {
+                            "machine": mname,
+                            "pattern": f"{pattern.name}-{k}",
+                            "objective": objective,
+                            "free": n_free,
+                            "exact": pruned.exact,
+                            "gap_percent": round(gap, 3),
+                            "pruned_s": round(t1 - t0, 4),
+                            "exhaustive_s": round(t2 - t1, 4),
+                            "matches": math.comb(n_free, k)
+                            * int(arrangements(k, pattern.edges).shape[0]),
+                        }
+                    )
+                    print(
+                        f"{mname:17} {pattern.name}-{k} {objective:14} free={n_free:2} "
+                        f"gap={gap:6.3f}% pruned={t1 - t0:7.3f}s exhaustive={t2 - t1:7.3f}s"
+                    )
     inexact = [c for c in cases if not c["exact"]]
     summary = {
         "budget": EXACT_BUDGET,
@@ -69,10 +79,14 @@ def main() -> None:
         "pruned_cases": len(inexact),
         "optimal_share": round(sum(c["gap_percent"] == 0 for c in cases) / max(1, len(cases)), 3),
         "gap_percent_mean": round(statistics.fmean([c["gap_percent"] for c in inexact]), 3)
-        if inexact else 0.0,
+        if inexact
+        else 0.0,
         "gap_percent_max": max([c["gap_percent"] for c in inexact], default=0.0),
-        "speedup_median": round(statistics.median(
-            [c["exhaustive_s"] / max(c["pruned_s"], 1e-6) for c in inexact]), 1) if inexact else 1.0,
+        "speedup_median": round(
+            statistics.median([c["exhaustive_s"] / max(c["pruned_s"], 1e-6) for c in inexact]), 1
+        )
+        if inexact
+        else 1.0,
     }
     print(json.dumps(summary, indent=2))
     OUT.parent.mkdir(parents=True, exist_ok=True)

@@ -111,7 +111,9 @@ def _ints(text: str, key: str) -> tuple[int, ...]:
     try:
         return tuple(int(p) for p in text.split(","))
     except ValueError:
-        raise AssignmentError(f"annotation {key}={text!r} is not a comma-separated list of integers") from None
+        raise AssignmentError(
+            f"annotation {key}={text!r} is not a comma-separated list of integers"
+        ) from None
 
 
 def parse_assignment(annotations: Mapping[str, str] | None) -> Assignment:
