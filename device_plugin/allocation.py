@@ -83,6 +83,7 @@ class Allocator:
         allocate_wait_s: when no pod is waiting at all, re-list for up to this long (the
             pod source may lag the kubelet by a moment).
         sleep: injectable for tests.
+        device_exists: filter for device nodes (fake nodes pass os.path.exists).
     """
 
     def __init__(
@@ -98,6 +99,7 @@ class Allocator:
         metrics: Metrics | None = None,
         allocate_wait_s: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
+        device_exists: Callable[[str], bool] | None = None,
     ) -> None:
         self.topology = topology
         self.node = node
@@ -111,6 +113,7 @@ class Allocator:
         self.metrics = metrics or Metrics()
         self.allocate_wait_s = allocate_wait_s
         self._sleep = sleep
+        self._device_exists = device_exists
         self._known = frozenset(g.uuid for g in topology.gpus)
         self._lock = threading.RLock()
         self._overlay: dict[str, Record] = {}
@@ -227,6 +230,7 @@ class Allocator:
                         ordered,
                         minors=self.minors,
                         mps_pipe_dir=self.mps_pipe_dir,
+                        device_exists=self._device_exists,
                     ),
                 )
                 self._record(need, spec, ordered)

@@ -8,6 +8,7 @@ built on its own in tests (see ``tests/device_plugin``).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -113,6 +114,8 @@ class DevicePlugin:
             mps_pipe_dir=s.mps_pipe_dir,
             metrics=self.metrics,
             allocate_wait_s=s.allocate_wait_s,
+            # a test node (fake topology) has no /dev/nvidia*: optionally omit missing nodes
+            device_exists=os.path.exists if s.omit_missing_device_nodes else None,
         )
         self.servers = [
             ResourceServer(

@@ -21,7 +21,7 @@ the same full set, so a pod asking for either or both gets identical, conflict-f
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +54,7 @@ def grant(
     *,
     minors: Mapping[int, int],
     mps_pipe_dir: Path,
+    device_exists: Callable[[str], bool] | None = None,
 ) -> ContainerGrant:
     """The container's environment, devices and mounts for ``gpu_uuids`` of ``assignment``.
 
@@ -64,6 +65,9 @@ def grant(
         gpu_uuids: the GPUs this container receives (a subset of the assignment, in its order).
         minors: GPU index → ``/dev/nvidia<minor>``.
         mps_pipe_dir: host MPS pipe directory (fractional grants only).
+        device_exists: when given, device nodes for which it returns False are left out. A
+            node with a fake topology (a test cluster, e.g. kind) has no ``/dev/nvidia*``; a
+            device spec naming a missing host path would make the container fail to start.
 
     Raises:
         KeyError: a UUID is not on ``topology`` (callers check first).
@@ -83,6 +87,8 @@ def grant(
     }
     devices = [(f"/dev/nvidia{minors[i]}", f"/dev/nvidia{minors[i]}", "rwm") for i in indices]
     devices += [(d, d, "rwm") for d in CONTROL_DEVICES]
+    if device_exists is not None:
+        devices = [d for d in devices if device_exists(d[1])]
     mounts: list[tuple[str, str, bool]] = []
     if assignment.fractional:
         if assignment.core_percent > 0:

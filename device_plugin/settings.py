@@ -71,6 +71,9 @@ class DevicePluginSettings(BaseSettings):
             in these units; published on the node as ``gputopo.io/vgpu-memory-unit-mib``).
         pod_resources_socket: the kubelet's pod-resources socket, used to tell which pod the
             kubelet is admitting; "" disables (identity falls back to creation order).
+        omit_missing_device_nodes: leave out of Allocate's device specs the ``/dev/nvidia*``
+            nodes that do not exist on the host (test clusters such as kind with a fake
+            topology, where a missing host device would stop the container from starting).
         mps_pipe_dir: host directory of the CUDA MPS control daemon's pipes, mounted into
             fractional containers at the same path.
         publish_interval_s: seconds between re-publications of the node's topology
@@ -107,6 +110,7 @@ class DevicePluginSettings(BaseSettings):
     vgpu_memory_unit_mib: Annotated[int, Field(ge=1, le=1 << 20)] = DEFAULT_VGPU_MEMORY_UNIT_MIB
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
     mps_pipe_dir: Path = Path("/run/nvidia/mps")
+    omit_missing_device_nodes: bool = False
     publish_interval_s: Annotated[float, Field(gt=0)] = 60.0
     watch_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
     allocate_wait_s: Annotated[float, Field(ge=0, le=60)] = 2.0

@@ -57,6 +57,13 @@ def register(app: typer.Typer) -> None:
         mps_pipe_dir: Annotated[
             str | None, typer.Option(help="host CUDA MPS pipe directory (default: /run/nvidia/mps)")
         ] = None,
+        omit_missing_device_nodes: Annotated[
+            bool | None,
+            typer.Option(
+                "--omit-missing-device-nodes/--keep-missing-device-nodes",
+                help="leave out /dev/nvidia* nodes absent on the host (test nodes, e.g. kind)",
+            ),
+        ] = None,
         publish_interval: Annotated[
             str | None, typer.Option(help="seconds between topology re-publications (default: 60)")
         ] = None,
@@ -104,6 +111,7 @@ def register(app: typer.Typer) -> None:
             "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
             "pod_resources_socket": pod_resources_socket,
             "mps_pipe_dir": mps_pipe_dir,
+            "omit_missing_device_nodes": omit_missing_device_nodes,
             "publish_interval_s": publish_interval,
             "log_level": log_level,
             "pod_source": pod_source,

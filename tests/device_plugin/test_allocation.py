@@ -381,3 +381,23 @@ def test_pods_on_other_nodes_terminal_or_deleting_are_ignored(topo: Topology) ->
     _src, alloc, _k = setup(topo, [elsewhere, done, going, live, cpu_only], view=False)
     assert alloc.preferred(RESOURCE_GPU, [g.uuid for g in topo.gpus], [], 1) == list(d.uuids)
     assert alloc._pinned[RESOURCE_GPU][0] == "uid-default-live"
+
+
+def test_grant_can_omit_device_nodes_missing_on_the_host() -> None:
+    """Test nodes (fake topology, e.g. kind) have no /dev/nvidia*: with the filter, the
+    container gets only the device nodes that exist; without it, all of them."""
+    from pathlib import Path
+
+    from device_plugin.response import grant
+    from scheduler_extender.contract import Assignment
+    from topology import catalog
+
+    topo = catalog.get("dgx1-v100")
+    a = Assignment("n1", (0, 1), (topo.gpus[0].uuid, topo.gpus[1].uuid), "", (0,), 0.0)
+    kwargs = {"minors": {0: 0, 1: 1}, "mps_pipe_dir": Path("/run/nvidia/mps")}
+    full = grant(topo, "ns/p", a, a.gpu_uuids, **kwargs)  # type: ignore[arg-type]
+    assert {d[1] for d in full.devices} >= {"/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl"}
+    some = grant(topo, "ns/p", a, a.gpu_uuids, device_exists=lambda p: p == "/dev/nvidiactl",
+                 **kwargs)  # type: ignore[arg-type]
+    assert [d[1] for d in some.devices] == ["/dev/nvidiactl"]
+    assert some.envs["CUDA_VISIBLE_DEVICES"] == full.envs["CUDA_VISIBLE_DEVICES"]

@@ -232,6 +232,7 @@ spec:
             - --metrics-port={{ $dp.metricsPort }}
             {{- with .fake }}
             - --fake-topology={{ . }}
+            - --omit-missing-device-nodes
             {{- end }}
             {{- with $dp.extraArgs }}
             {{- toYaml . | nindent 12 }}
