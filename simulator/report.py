@@ -213,7 +213,7 @@ def plots(results: Sequence[RunResult], out: Path, title: str) -> list[Path]:
     names = [r.policy for r in results]
     written: list[Path] = []
 
-    fig, axes = plt.subplots(1, 2, figsize=(max(10, 1.3 * len(names) * 2), 5.5))
+    fig, axes = plt.subplots(2, 1, figsize=(max(8.0, 0.9 * len(names) + 3), 9.5))
     data = [[x.effbw_gbps for x in _measured(r)] or [0.0] for r in results]
     axes[0].boxplot(data, whis=(0, 100))
     axes[0].set_title("EffBW of bandwidth-sensitive jobs")
