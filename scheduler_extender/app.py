@@ -45,8 +45,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     """Build the extender app over ``state`` with ``settings.policy`` as default policy.
 
     Args:
-        settings: resolved settings (only ``policy`` is read here; host, port and TLS belong
-            to the server).
+        settings: resolved settings (``policy`` and ``eval_budget_ms`` are read here; host,
+            port and TLS belong to the server).
         state: the cluster state backend (:class:`MemoryState`, :class:`KubernetesState`).
 
     Returns:
@@ -60,7 +60,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
         summary="Topology-aware GPU placement for kube-scheduler (filter, prioritize, bind).",
         version="1",
     )
-    rt = Runtime(extender=Extender(state, settings.policy, None), metrics=Metrics())
+    extender = Extender(state, settings.policy, None, budget_ms=settings.eval_budget_ms or None)
+    rt = Runtime(extender=extender, metrics=Metrics())
     rt.extender.metrics = rt.metrics
     app.state.runtime = rt
     app.state.settings = settings

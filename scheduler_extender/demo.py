@@ -356,7 +356,8 @@ def run_stream(
     if reference is None:
         reference = DEFAULT_POLICY if DEFAULT_POLICY in policies() else policy
     state = MemoryState.from_spec(nodes)
-    app = create_app(ExtenderSettings(policy=policy, state="memory", nodes=nodes), state)
+    settings = ExtenderSettings(policy=policy, state="memory", nodes=nodes, eval_budget_ms=0)
+    app = create_app(settings, state)  # exact decisions: the demo is about placement quality
     result = RunResult(policy)
     say = echo or (lambda _line: None)
     running: list[tuple[int, DemoPod, str, tuple[int, ...]]] = []  # (end tick, pod, node, gpus)

@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler_extender.contract import ANN_TOPOLOGY
+from scheduler_extender.evaluator import Evaluator, Job
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
@@ -40,16 +42,68 @@ from scheduler_extender.state import (
     PodRef,
     ReservationConflict,
     TopologyCache,
+    _Interner,
 )
 from topology.model import Topology
 from topology.policies.base import Decision, NoFit, Request, RequestError
 from topology.policies.evaluate import place
 from topology.policies.registry import get_policy
+from topology.serialization import dumps
 
 log = logging.getLogger("gputopo.extender")
 
 _PENDING_SIZE = 10_000
-_SCORE_CACHE_SIZE = 65_536
+_GROUP_CACHE_SIZE = 65_536
+
+
+#: Interns request keys (pattern edge tuples hash slowly; ints do not).
+intern_request = _Interner()
+
+
+class _CostModel:
+    """Running estimate of decision time per (class, free GPUs, request shape), seconds.
+
+    The request thread decides a miss itself only when the estimate says it fits well within
+    the time left; unknown shapes go to the workers first (their times teach the model).
+    """
+
+    def __init__(self) -> None:
+        self._est: dict[tuple[object, ...], float] = {}
+
+    @staticmethod
+    def key(view: NodeView, request: Request) -> tuple[object, ...]:
+        free = len(view.state.usage)  # busy GPUs: a proxy of the search size
+        return (view.group[0] if view.group else "", free, request.count, request.fractional)
+
+    def estimate(self, key: tuple[object, ...]) -> float | None:
+        return self._est.get(key)
+
+    def observe(self, key: tuple[object, ...], seconds: float) -> None:
+        old = self._est.get(key)
+        # keep the worse of the recent ones: this model guards the deadline
+        self._est[key] = seconds if old is None else max(seconds, 0.7 * old + 0.3 * seconds)
+
+
+class _LRU:
+    """A small thread-safe LRU map (reads are lock-free dict lookups)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[tuple[object, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> Any:
+        return self._d.get(key)
+
+    def put(self, key: tuple[object, ...], value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            if len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
 
 
 @dataclass(frozen=True)
@@ -57,14 +111,31 @@ class Outcome:
     """The result of evaluating a pod on a group of equal nodes.
 
     Attributes:
-        decision: where the pod would go (None when it does not fit).
+        decision: where the pod would go (None when it does not fit or is not known yet).
         reason: why it does not fit.
         unresolvable: preemption cannot help (no/invalid topology, node too small).
+        provisional: the decision was not ready within the time budget; the node has the
+            capacity, so filter lets it pass and prioritize scores it 0 for now.
     """
 
     decision: Decision | None
     reason: str = ""
     unresolvable: bool = False
+    provisional: bool = False
+
+    @property
+    def passes(self) -> bool:
+        """The node passes filter."""
+        return self.decision is not None or self.provisional
+
+
+_PROVISIONAL = Outcome(None, provisional=True)
+_NEEDS_POLICY = Outcome(None, "needs the policy")
+#: Jobs of one call pushed at the call's priority (the rest keep their queue position).
+_PRIORITY_JOBS = 64
+_BAD_REQUEST = "\x00bad-request:"
+#: Each filter/prioritize call waits at least this long for uncached decisions.
+_MIN_SLICE_S = 0.001
 
 
 @dataclass(frozen=True)
@@ -84,31 +155,49 @@ class Extender:
         state: the cluster state backend.
         policy: the default policy name (pods may pick another with ``gputopo.io/policy``).
         metrics: where to count decisions and bind errors (optional).
+        budget_ms: time a pod's filter + prioritize may spend waiting for decisions that are
+            not cached yet (they run on a background :class:`Evaluator`; late ones are
+            provisional: filter passes the node on capacity, prioritize scores it 0, and the
+            result is cached for the next pods). None = no budget: every decision is made in
+            the request thread before answering (exact, deterministic; the default).
 
     Raises:
         UnknownPolicy: ``policy`` is not registered.
     """
 
-    def __init__(self, state: ClusterState, policy: str, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self, state: ClusterState, policy: str, metrics: Metrics | None = None,
+        budget_ms: float | None = None,
+    ) -> None:
         get_policy(policy)
         self.state = state
         self.policy = policy
         self.metrics = metrics
+        self.budget_s = budget_ms / 1000.0 if budget_ms else None
+        self.evaluator = Evaluator() if self.budget_s is not None else None
+        if self.evaluator is not None:
+            self.evaluator.start()
+        self._spent = _LRU(_PENDING_SIZE)  # pod uid -> seconds its filter waited
+        self._costs = _CostModel()
         self.topologies = TopologyCache()
         self._pending: OrderedDict[str, _Pending] = OrderedDict()
         self._pending_lock = threading.Lock()
-        self._scores: OrderedDict[tuple[object, ...], NodeScore] = OrderedDict()
-        self._scores_lock = threading.Lock()
+        # (policy, class, state key, request key) -> Outcome / NodeScore
+        self._outcomes = _LRU(_GROUP_CACHE_SIZE)
+        self._prechecks = _LRU(_GROUP_CACHE_SIZE)  # (group, request id) -> Outcome
+        self._scores = _LRU(_GROUP_CACHE_SIZE)
         self._node_locks: dict[str, threading.Lock] = {}
         self._node_locks_lock = threading.Lock()
         self._seen_topology: dict[str, Topology] = {}
+        self._class_json_cache: dict[str, str] = {}
 
     # ------------------------------------------------------------------ caches
     def clear_caches(self) -> None:
         """Forget parsed topologies and cached scores (cold-cache benchmarks, tests)."""
         self.topologies.clear()
-        with self._scores_lock:
-            self._scores.clear()
+        self._outcomes.clear()
+        self._prechecks.clear()
+        self._scores.clear()
 
     def _remember(self, pod: PodRef, request: PodRequest | None) -> None:
         if not pod.uid:
@@ -150,7 +239,7 @@ class Extender:
         topo = self.topologies.get(text)
         if isinstance(topo, Topology):
             self._seen_topology[name] = topo
-        return NodeView(name, topo, view.state, view.state_key)
+        return NodeView.of(name, topo, view.state, view.state_key, view.state_id)
 
     def _candidates(self, args: ExtenderArgs) -> list[tuple[str, Mapping[str, Any] | None]]:
         if args.Nodes is not None:
@@ -164,12 +253,10 @@ class Extender:
             return out
         return [(n, None) for n in (args.NodeNames or [])]
 
-    def evaluate(self, policy: str, view: NodeView, request: Request) -> Outcome:
-        """Decide ``request`` on one node (filter semantics, no state change).
-
-        Raises:
-            PodError: the request is invalid for the policy (``RequestError``).
-        """
+    def precheck(self, view: NodeView, request: Request) -> Outcome | None:
+        """The cheap, exact part of a decision: no/invalid topology, too few GPUs in total,
+        too little memory on any GPU, too few free GPUs (every policy refuses those:
+        ``common.check_capacity``). None when only the policy can tell."""
         topo = view.topology
         if isinstance(topo, NodeTopologyError):
             return Outcome(None, str(topo), unresolvable=True)
@@ -177,15 +264,36 @@ class Extender:
             return Outcome(
                 None, f"node has {topo.size} GPUs; the pod asks for {request.count}", True
             )
-        if request.fractional and request.memory_mib > max(g.memory_mib for g in topo.gpus):
+        if request.fractional:
+            biggest = max(g.memory_mib for g in topo.gpus)
+            if request.memory_mib > biggest:
+                return Outcome(
+                    None,
+                    f"no GPU on the node has {request.memory_mib} MiB; the largest has "
+                    f"{biggest} MiB",
+                    True,
+                )
+            return None
+        free = len(view.state.free_gpus(topo))
+        if free < request.count:
             return Outcome(
-                None,
-                f"no GPU on the node has {request.memory_mib} MiB; the largest has "
-                f"{max(g.memory_mib for g in topo.gpus)} MiB",
-                True,
+                None, f"only {free} of {topo.size} GPUs free; the pod asks for {request.count}"
             )
+        return None
+
+    def evaluate(self, policy: str, view: NodeView, request: Request) -> Outcome:
+        """Decide ``request`` on one node (filter semantics, no state change, no cache of
+        this class).
+
+        Raises:
+            PodError: the request is invalid for the policy (``RequestError``).
+        """
+        quick = self.precheck(view, request)
+        if quick is not None:
+            return quick
+        assert isinstance(view.topology, Topology)
         try:
-            return Outcome(place(policy, topo, view.state, request))
+            return Outcome(place(policy, view.topology, view.state, request))
         except NoFit as exc:
             return Outcome(None, str(exc))
         except RequestError as exc:
@@ -194,42 +302,179 @@ class Extender:
             log.exception("policy %s failed on node %s", policy, view.name)
             return Outcome(None, f"policy {policy} failed: {type(exc).__name__}: {exc}")
 
+    def _compute(self, policy: str, view: NodeView, request: Request, rid: int) -> Outcome:
+        """Decide and score one group in this thread and cache both."""
+        start = time.perf_counter()
+        outcome = self.evaluate(policy, view, request)
+        if outcome.decision is not None and isinstance(view.topology, Topology):
+            try:
+                sc = node_score(policy, view.topology, view.state, request, outcome.decision)
+                self._scores.put((policy, view.group, rid), sc)
+            except Exception:  # noqa: BLE001 - prioritize will retry and report
+                log.exception("scoring failed on node %s", view.name)
+        self._outcomes.put((policy, view.group, rid), outcome)
+        self._costs.observe(_CostModel.key(view, request), time.perf_counter() - start)
+        return outcome
+
     def _grouped(
-        self, policy: str, request: Request, nodes: list[tuple[str, Mapping[str, Any] | None]]
+        self, policy: str, request: Request, nodes: list[tuple[str, Mapping[str, Any] | None]],
+        deadline: float | None = None,
     ) -> list[tuple[str, Mapping[str, Any] | None, NodeView, Outcome]]:
-        groups: dict[tuple[object, ...], Outcome] = {}
-        out = []
+        """Evaluate every node once per group; uncached groups are decided inline (no budget)
+        or on the evaluator until ``deadline`` (``time.monotonic()``), then provisional."""
+        groups: dict[object, Outcome | None] = {}
+        misses: dict[object, NodeView] = {}
+        rows: list[tuple[str, Mapping[str, Any] | None, NodeView, Outcome | None]] = []
+        rid = intern_request(request.key())
         for name, obj in nodes:
             view = self._view(name, obj)
-            topo = view.topology
-            gkey: tuple[object, ...]
-            if isinstance(topo, Topology):
-                gkey = (topo.topology_class, view.state_key)
-            else:
-                gkey = ("error", id(topo))
-            outcome = groups.get(gkey)
+            group = view.group
+            if group is None:
+                rows.append((name, obj, view, self.evaluate(policy, view, request)))
+                continue
+            if group in groups:
+                rows.append((name, obj, view, groups[group]))
+                continue
+            outcome: Outcome | None = self._outcomes.get((policy, group, rid))
             if outcome is None:
-                outcome = self.evaluate(policy, view, request)
-                groups[gkey] = outcome
-            out.append((name, obj, view, outcome))
+                pkey = (group, rid)
+                pre = self._prechecks.get(pkey)
+                if pre is None:
+                    pre = self.precheck(view, request) or _NEEDS_POLICY
+                    self._prechecks.put(pkey, pre)
+                if pre is _NEEDS_POLICY:
+                    misses[group] = view
+                else:
+                    outcome = pre
+            groups[group] = outcome
+            rows.append((name, obj, view, outcome))
+        if not misses:
+            return rows  # type: ignore[return-value]
+        resolved = self._resolve(policy, request, rid, misses, deadline)
+        return [(n, o, v, out if out is not None else resolved[v.group])
+                for n, o, v, out in rows]
+
+    def _resolve(
+        self, policy: str, request: Request, rid: int, misses: dict[object, NodeView],
+        deadline: float | None,
+    ) -> dict[object, Outcome]:
+        # cheapest first: fewer free GPUs = smaller search (and best-fit candidates)
+        order = sorted(misses.values(), key=lambda v: (-len(v.state.usage), v.name))
+        out: dict[object, Outcome] = {}
+        if deadline is None or self.evaluator is None:
+            for v in order:
+                out[v.group] = self._compute(policy, v, request, rid)
+            return out
+        call = self.evaluator.new_call()
+        jobs = []
+        for i, v in enumerate(order):
+            job = self.evaluator.queued((policy, v.group, rid))
+            if job is not None and (i >= _PRIORITY_JOBS or job.started):
+                jobs.append((v, job))
+                continue
+            job = self.evaluator.submit(
+                call, i, (policy, v.group, rid),
+                (policy, self._class_json(v.topology), v.state, request),
+                self._absorb(policy, v, request, rid), reprioritize=i < _PRIORITY_JOBS,
+            )
+            jobs.append((v, job))
+        # work sharing: this thread decides the cheapest misses itself (no IPC) while the
+        # workers take the next ones; at the deadline whatever is left is provisional
+        pending = []
+        for v, job in jobs:
+            if job is not None and job.done.is_set():
+                out[v.group] = self._take(policy, v, request, rid, job)
+                continue
+            est = self._costs.estimate(_CostModel.key(v, request))
+            if est is None and isinstance(v.topology, Topology) and v.topology.size <= 8:
+                est = 0.0  # small machines decide in about a millisecond: no IPC
+            left = deadline - time.monotonic()
+            if est is not None and est < 0.5 * left and (
+                job is None or self.evaluator.claim(job)
+            ):
+                try:
+                    outcome = self._compute(policy, v, request, rid)
+                finally:
+                    if job is not None:
+                        self.evaluator.complete(job, self._outcomes.get((policy, v.group, rid)))
+                out[v.group] = outcome
+            else:
+                pending.append((v, job))
+        provisional = 0
+        for v, job in pending:
+            left = max(deadline - time.monotonic(), 0.0)
+            if job is not None and (job.done.is_set() or (left > 0 and job.wait(left))):
+                out[v.group] = self._take(policy, v, request, rid, job)
+            else:
+                out[v.group] = _PROVISIONAL
+                provisional += 1
+        if provisional and self.metrics is not None:
+            self.metrics.provisional.inc(provisional)
         return out
 
-    def score(self, policy: str, view: NodeView, request: Request, outcome: Outcome) -> int:
-        """0–10 for one node (0 when it cannot host the pod); cached per class and state."""
+    def _take(self, policy: str, v: NodeView, request: Request, rid: int, job: Job) -> Outcome:
+        """The outcome of a finished job (decided here if the worker failed)."""
+        if job.error is not None or not isinstance(job.result, Outcome):
+            return self._compute(policy, v, request, rid)
+        if job.result.reason.startswith(_BAD_REQUEST):
+            raise PodError(job.result.reason.removeprefix(_BAD_REQUEST))
+        return job.result
+
+    def _class_json(self, topology: Topology | NodeTopologyError) -> str:
+        """Annotation JSON of the first topology seen of this class (sent to workers)."""
+        assert isinstance(topology, Topology)
+        key = topology.topology_class
+        text = self._class_json_cache.get(key)
+        if text is None:
+            text = self._class_json_cache.setdefault(key, dumps(topology))
+        return text
+
+    def _absorb(
+        self, policy: str, view: NodeView, request: Request, rid: int
+    ) -> Callable[[Any], Outcome]:
+        """The callback turning a worker result into a cached :class:`Outcome` (+ score)."""
+
+        def absorb(result: Any) -> Outcome:
+            kind = result[0]
+            self._costs.observe(_CostModel.key(view, request), result[-1])
+            if kind == "ok":
+                outcome = Outcome(result[1])
+                if result[2] is not None:
+                    self._scores.put((policy, view.group, rid), result[2])
+            elif kind == "nofit":
+                outcome = Outcome(None, result[1])
+            elif kind == "bad-request":
+                return Outcome(None, _BAD_REQUEST + result[1])  # not cached: the pod is bad
+            else:
+                outcome = Outcome(None, f"policy {policy} failed: {result[1]}")
+            self._outcomes.put((policy, view.group, rid), outcome)
+            return outcome
+
+        return absorb
+
+    def score(
+        self, policy: str, view: NodeView, request: Request, outcome: Outcome,
+        request_id: int | None = None,
+    ) -> int:
+        """0–10 for one node (0 when it cannot host the pod or its decision is provisional);
+        cached per class and state."""
         if outcome.decision is None or not isinstance(view.topology, Topology):
             return 0
         topo = view.topology
-        key = (policy, topo.topology_class, view.state_key, request.key())
-        hit = self._scores.get(key)
+        rid = request_id if request_id is not None else intern_request(request.key())
+        key = (policy, view.group, rid)
+        hit: NodeScore | None = self._scores.get(key)
         if hit is None:
             hit = node_score(policy, topo, view.state, request, outcome.decision)
-            with self._scores_lock:
-                self._scores[key] = hit
-                if len(self._scores) > _SCORE_CACHE_SIZE:
-                    self._scores.popitem(last=False)
+            self._scores.put(key, hit)
         return hit.score
 
     # ------------------------------------------------------------------ verbs
+    def close(self) -> None:
+        """Stop the evaluator's worker processes (if any)."""
+        if self.evaluator is not None:
+            self.evaluator.stop()
+
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         """``POST /filter``: the nodes that can host the pod, and why the others cannot.
 
@@ -240,22 +485,26 @@ class Extender:
         """
         by_objects = args.Nodes is not None
         try:
-            _, preq = self._parse_pod(args.Pod)
+            ref, preq = self._parse_pod(args.Pod)
             nodes = self._candidates(args)
         except PodError as exc:
             return _filter_result(by_objects, [], {}, {}, str(exc))
         if preq is None:  # pass-through: not a gputopo pod
             return _filter_result(by_objects, [obj or name for name, obj in nodes], {}, {}, "")
         policy = preq.policy or self.policy
+        start = time.monotonic()
+        deadline = start + self.budget_s if self.budget_s is not None else None
         try:
-            rows = self._grouped(policy, preq.request, nodes)
+            rows = self._grouped(policy, preq.request, nodes, deadline)
         except PodError as exc:
             return _filter_result(by_objects, [], {}, {}, f"pod {_pod_label(args.Pod)}: {exc}")
+        if ref.uid and self.budget_s is not None:
+            self._spent.put((ref.uid,), time.monotonic() - start)
         passed: list[Any] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         for name, obj, _view, outcome in rows:
-            if outcome.decision is not None:
+            if outcome.passes:
                 passed.append(obj if by_objects else name)
             elif outcome.unresolvable:
                 unresolvable[name] = outcome.reason
@@ -270,7 +519,7 @@ class Extender:
         filter; kube-scheduler ignores prioritize errors anyway).
         """
         try:
-            _, preq = self._parse_pod(args.Pod)
+            ref, preq = self._parse_pod(args.Pod)
             nodes = self._candidates(args)
         except PodError as exc:
             log.warning("prioritize: %s; scoring 0", exc)
@@ -279,22 +528,26 @@ class Extender:
         if preq is None:
             return [{"Host": name, "Score": 0} for name, _ in nodes]
         policy = preq.policy or self.policy
+        deadline = None
+        if self.budget_s is not None:
+            spent = self._spent.get((ref.uid,)) or 0.0
+            deadline = time.monotonic() + max(self.budget_s - spent, _MIN_SLICE_S)
         try:
-            rows = self._grouped(policy, preq.request, nodes)
+            rows = self._grouped(policy, preq.request, nodes, deadline)
         except PodError as exc:
             log.warning("prioritize: %s; scoring 0", exc)
             return [{"Host": name, "Score": 0} for name, _ in nodes]
-        scores: dict[tuple[object, ...], int] = {}
+        scores: dict[object, int] = {}
         out = []
+        rid = intern_request(preq.request.key())
         for name, _obj, view, outcome in rows:
-            if outcome.decision is None or not isinstance(view.topology, Topology):
+            if outcome.decision is None or view.group is None:
                 out.append({"Host": name, "Score": 0})
                 continue
-            gkey = (view.topology.topology_class, view.state_key)
-            s = scores.get(gkey)
+            s = scores.get(view.group)
             if s is None:
-                s = self.score(policy, view, preq.request, outcome)
-                scores[gkey] = s
+                s = self.score(policy, view, preq.request, outcome, rid)
+                scores[view.group] = s
             out.append({"Host": name, "Score": s})
         return out
 
@@ -359,13 +612,15 @@ class Extender:
         with self.node_lock(node):
             view = self.state.node_view(node)
             if isinstance(view.topology, NodeTopologyError) and node in self._seen_topology:
-                view = NodeView(node, self._seen_topology[node], view.state, view.state_key)
+                view = NodeView.of(node, self._seen_topology[node], view.state,
+                                   view.state_key, view.state_id)
             if self.state.allocation(pod.key) is not None:
                 # a re-bind (after a failed attempt): forget the stale record first
                 self.state.release(pod.key)
                 view = self.state.node_view(node)
                 if isinstance(view.topology, NodeTopologyError) and node in self._seen_topology:
-                    view = NodeView(node, self._seen_topology[node], view.state, view.state_key)
+                    view = NodeView.of(node, self._seen_topology[node], view.state,
+                                   view.state_key, view.state_id)
             try:
                 outcome = self.evaluate(policy, view, preq.request)
             except PodError as exc:

@@ -139,13 +139,13 @@ class KubernetesState:
         watch_timeout_s: int = 300, reservation_grace_s: float = 60.0,
     ) -> None:  # fmt: skip
         self.api: KubeAPI = api if api is not None else OfficialKubeAPI.from_config(kubeconfig)
-        self.book = AllocationBook()
+        self._views: dict[str, NodeView] = {}
+        self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self.topologies = TopologyCache()
         self.watch_timeout_s = watch_timeout_s
         self.reservation_grace_s = reservation_grace_s
         self._lock = threading.RLock()
         self._node_ann: dict[str, str | None] = {}
-        self._views: dict[str, NodeView] = {}
         self._uid_by_name: dict[str, str] = {}
         self._name_by_uid: dict[str, str] = {}
         self._synced = {"nodes": False, "pods": False}
@@ -286,12 +286,13 @@ class KubernetesState:
 
     def node_view(self, name: str) -> NodeView:
         """Topology and state of ``name`` (cached until either changes)."""
-        state, key = self.book.state(name)
         view = self._views.get(name)
-        if view is not None and view.state is state:
+        if view is not None:
             return view
-        view = NodeView(name, self.node_topology(name), state, key)
-        self._views[name] = view
+        with self.book.lock:
+            state, key, sid = self.book.state(name)
+            view = NodeView.of(name, self.node_topology(name), state, key, sid)
+            self._views[name] = view
         return view
 
     # ------------------------------------------------------------------ pods

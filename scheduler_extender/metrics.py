@@ -19,6 +19,8 @@ class Metrics:
         latency: ``gputopo_extender_request_seconds{verb}``.
         bind_errors: ``gputopo_extender_bind_errors_total{reason}``.
         decisions: ``gputopo_extender_decisions_total{policy}`` — successful binds.
+        provisional: ``gputopo_extender_provisional_total`` — node groups answered
+            provisionally because their decision missed the time budget.
     """
 
     def __init__(self) -> None:
@@ -39,6 +41,11 @@ class Metrics:
             "gputopo_extender_decisions_total", "Pods bound, by the policy that decided.",
             ["policy"], registry=self.registry,
         )  # fmt: skip
+        self.provisional = Counter(
+            "gputopo_extender_provisional_total",
+            "Node groups answered provisionally (decision not ready within the budget).",
+            registry=self.registry,
+        )
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

@@ -56,6 +56,10 @@ class ExtenderSettings(BaseSettings):
         state: ``kubernetes`` (list/watch the API) or ``memory`` (catalog nodes, tests/demo).
         nodes: memory backend nodes, ``CATALOG:COUNT[,CATALOG:COUNT…]``.
         kubeconfig: kubeconfig file for the kubernetes backend (None = in-cluster config).
+        eval_budget_ms: how long one pod's filter + prioritize may wait for placement
+            decisions that are not cached yet, milliseconds; decisions still running then
+            are answered provisionally (filter: pass on capacity; prioritize: 0) and cached
+            when done. 0 = no budget (always exact; latency grows with cluster size).
     """
 
     model_config = SettingsConfigDict(
@@ -71,6 +75,7 @@ class ExtenderSettings(BaseSettings):
     state: Literal["memory", "kubernetes"] = "kubernetes"
     nodes: str = "dgx1-v100:4"
     kubeconfig: Path | None = None
+    eval_budget_ms: float = Field(default=20.0, ge=0, le=60_000)
 
     @field_validator("log_level", "state", mode="before")
     @classmethod

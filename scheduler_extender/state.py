@@ -21,7 +21,7 @@ import hashlib
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -119,13 +119,56 @@ class NodeView:
         name: node name.
         topology: the node's topology, or why it is unavailable.
         state: its used GPUs.
-        state_key: ``state.key()``, precomputed (grouping and cache key).
+        state_key: ``state.key()``, precomputed (cache key).
+        state_id: a small integer standing for ``state_key`` (equal keys, equal ids), so
+            grouping 1,000 nodes hashes ints rather than nested tuples.
+        group: ``(topology class, state_id)`` — nodes with equal groups get equal decisions;
+            None when the topology is unavailable.
     """
 
     name: str
     topology: Topology | NodeTopologyError
     state: NodeState
     state_key: tuple[tuple[int, int, int], ...]
+    state_id: int = -1
+    group: tuple[str, int] | None = None
+
+    @classmethod
+    def of(
+        cls, name: str, topology: Topology | NodeTopologyError, state: NodeState,
+        state_key: tuple[tuple[int, int, int], ...], state_id: int,
+    ) -> NodeView:
+        """A view with its ``group`` filled in."""
+        group = (topology.topology_class, state_id) if isinstance(topology, Topology) else None
+        return cls(name, topology, state, state_key, state_id, group)
+
+
+class _Interner:
+    """Maps hashable keys to small, never reused integers (bounded: forgets when full)."""
+
+    def __init__(self, limit: int = 1_000_000) -> None:
+        self._ids: dict[object, int] = {}
+        self._next = 0
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def __call__(self, key: object) -> int:
+        hit = self._ids.get(key)
+        if hit is not None:
+            return hit
+        with self._lock:
+            hit = self._ids.get(key)
+            if hit is None:
+                if len(self._ids) >= self._limit:
+                    self._ids.clear()  # ids are never reused: stale cache entries just age out
+                hit = self._next
+                self._next += 1
+                self._ids[key] = hit
+            return hit
+
+
+#: Interns NodeState keys (shared by every backend, so equal states share an id).
+intern_state = _Interner()
 
 
 def apply_usage(usage: dict[int, GPUUsage], alloc: Allocation) -> None:
@@ -170,13 +213,19 @@ def conflicts(
 
 
 class AllocationBook:
-    """Thread-safe allocations with a cached :class:`NodeState` per node."""
+    """Thread-safe allocations with a cached :class:`NodeState` per node.
 
-    def __init__(self) -> None:
+    Args:
+        on_change: called with a node name whenever that node's state changes (under the
+            book's lock) — backends drop their cached :class:`NodeView` there.
+    """
+
+    def __init__(self, on_change: Callable[[str], object] | None = None) -> None:
         self.lock = threading.RLock()
+        self._on_change = on_change
         self._by_key: dict[str, Allocation] = {}
         self._by_node: dict[str, dict[str, Allocation]] = {}
-        self._states: dict[str, tuple[NodeState, tuple[tuple[int, int, int], ...]]] = {}
+        self._states: dict[str, tuple[NodeState, tuple[tuple[int, int, int], ...], int]] = {}
         self._unhealthy: dict[str, frozenset[int]] = {}
         #: bumped on every change (callers cache views per node and compare)
         self.version = 0
@@ -187,19 +236,22 @@ class AllocationBook:
             apply_usage(usage, a)
         return usage
 
-    def state(self, node: str) -> tuple[NodeState, tuple[tuple[int, int, int], ...]]:
-        """``(NodeState, NodeState.key())`` of ``node`` (cached until it changes)."""
+    def state(self, node: str) -> tuple[NodeState, tuple[tuple[int, int, int], ...], int]:
+        """``(NodeState, NodeState.key(), state id)`` of ``node`` (cached until it changes)."""
         hit = self._states.get(node)
         if hit is not None:
             return hit
         with self.lock:
             st = NodeState(self._usage(node), self._unhealthy.get(node, frozenset()))
-            hit = (st, st.key())
+            key = st.key()
+            hit = (st, key, intern_state(key))
             self._states[node] = hit
             return hit
 
     def _touch(self, node: str) -> None:
         self._states.pop(node, None)
+        if self._on_change is not None:
+            self._on_change(node)
         self.version += 1
 
     def add(self, alloc: Allocation, topology: Topology | None, *, check: bool = True) -> None:
@@ -431,8 +483,8 @@ class MemoryState:
 
     def __init__(self, nodes: Mapping[str, Topology] | None = None) -> None:
         self._nodes: dict[str, Topology] = dict(nodes or {})
-        self.book = AllocationBook()
         self._views: dict[str, NodeView] = {}
+        self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self._bound: dict[str, BoundPod] = {}  # "ns/name" -> record
         self._lock = threading.RLock()
 
@@ -473,12 +525,13 @@ class MemoryState:
 
     def node_view(self, name: str) -> NodeView:
         """Topology and state of ``name`` (cached until the node's allocations change)."""
-        state, key = self.book.state(name)
         view = self._views.get(name)
-        if view is not None and view.state is state:
+        if view is not None:
             return view
-        view = NodeView(name, self.node_topology(name), state, key)
-        self._views[name] = view
+        with self.book.lock:
+            state, key, sid = self.book.state(name)
+            view = NodeView.of(name, self.node_topology(name), state, key, sid)
+            self._views[name] = view
         return view
 
     def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:

@@ -40,7 +40,7 @@ def fixture_state() -> MemoryState:
 
 def make_client(state: MemoryState, policy: str = POLICY) -> TestClient:
     """A TestClient over a fresh app (server exceptions surface as responses)."""
-    app = create_app(ExtenderSettings(policy=policy, state="memory"), state)
+    app = create_app(ExtenderSettings(policy=policy, state="memory", eval_budget_ms=0), state)
     return TestClient(app, raise_server_exceptions=False)
 
 

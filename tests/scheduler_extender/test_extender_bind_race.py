@@ -92,7 +92,7 @@ def test_sixteen_threads_race_for_one_node() -> None:
 def test_race_over_real_http() -> None:
     """The same race through uvicorn: binds run in the server's thread pool."""
     state = MemoryState({"n0": catalog.get("dgx1-v100")})
-    app = create_app(ExtenderSettings(policy=POLICY, state="memory"), state)
+    app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0), state)
     pods = [gpu_pod(f"h{i:02d}", 2) for i in range(16)]
     results: list[str] = []
     with serve(app) as url:

@@ -1,0 +1,267 @@
+"""Placement decisions computed in worker processes, so filter and prioritize can answer
+within a time budget.
+
+A decision for a node state never seen before runs the policy; on a 16-GPU machine the
+pattern search takes milliseconds, sometimes a hundred. Filter and prioritize hand such misses
+to this evaluator and wait for them until their deadline; whatever is not done by then gets a
+provisional answer, and the workers keep going, filling the caches for the next pods.
+
+Processes, not threads: the work is CPU-bound Python, and a thread would hold the GIL against
+the request threads that are meant to answer quickly (measured: a busy worker thread doubled
+the 1,000-node filter time). A dispatcher thread keeps at most one job per worker in flight
+and feeds them by priority — the newest call first, within a call in the caller's order — and
+shares one job among every caller asking for the same key.
+
+Each worker process keeps its own decision cache (:func:`topology.policies.evaluate.place`)
+and per-class score tables; results come back as plain picklable values.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Hashable
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+log = logging.getLogger("gputopo.extender")
+
+
+_TOPOLOGIES: dict[str, Any] = {}
+
+
+def remote_decide(
+    policy: str, topology_json: str, state: Any, request: Any
+) -> tuple[Any, ...]:
+    """Worker-side: decide and score (runs in a worker process).
+
+    The topology travels as its annotation JSON (a string pickles in microseconds, the object
+    graph in half a millisecond) and is parsed once per worker.
+
+    Returns:
+        ``("ok", decision, node_score, seconds)``, ``("nofit", reason, seconds)``,
+        ``("bad-request", message, seconds)`` or ``("error", message, seconds)`` — ``seconds``
+        is the compute time (for the caller's cost model).
+    """
+    start = time.perf_counter()
+    out = _decide(policy, topology_json, state, request)
+    return (*out, time.perf_counter() - start)
+
+
+def _decide(policy: str, topology_json: str, state: Any, request: Any) -> tuple[Any, ...]:
+    from scheduler_extender.scoring import node_score
+    from topology.policies.base import NoFit, RequestError
+    from topology.policies.evaluate import place
+    from topology.serialization import loads
+
+    topology = _TOPOLOGIES.get(topology_json)
+    if topology is None:
+        topology = _TOPOLOGIES[topology_json] = loads(topology_json)
+    try:
+        decision = place(policy, topology, state, request)
+    except NoFit as exc:
+        return ("nofit", str(exc))
+    except RequestError as exc:
+        return ("bad-request", str(exc))
+    except Exception as exc:  # noqa: BLE001 - reported to the caller
+        return ("error", f"{type(exc).__name__}: {exc}")
+    try:
+        score = node_score(policy, topology, state, request, decision)
+    except Exception:  # noqa: BLE001 - the caller scores it itself
+        score = None
+    return ("ok", decision, score)
+
+
+def _warm() -> int:
+    """Import everything a job needs (first job latency)."""
+    from scheduler_extender import scoring  # noqa: F401
+    from topology.policies import registry
+
+    registry.policies()
+    return os.getpid()
+
+
+class Job:
+    """One queued computation; :meth:`wait` for it, then read ``result`` / ``error``."""
+
+    __slots__ = ("key", "args", "on_result", "done", "result", "error", "started")
+
+    def __init__(
+        self, key: Hashable, args: tuple[Any, ...], on_result: Callable[[Any], Any] | None
+    ) -> None:
+        self.key = key
+        self.args = args
+        self.on_result = on_result
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.started = False
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until done or ``timeout`` seconds passed; True when done."""
+        return self.done.wait(timeout)
+
+
+class Evaluator:
+    """Worker processes running :func:`remote_decide` jobs by priority.
+
+    Args:
+        workers: processes (default: CPUs − 1, at least 1, at most 4).
+        max_backlog: queued jobs beyond this are refused (:meth:`submit` returns None; the
+            caller answers provisionally without queueing).
+    """
+
+    def __init__(self, workers: int | None = None, max_backlog: int = 20_000) -> None:
+        cpus = os.cpu_count() or 2
+        self.workers = workers or max(1, min(4, cpus - 1))
+        self.max_backlog = max_backlog
+        self._heap: list[tuple[int, int, int, Job]] = []
+        self._inflight: dict[Hashable, Job] = {}
+        self._running = 0
+        self._cv = threading.Condition()
+        self._calls = itertools.count(1)
+        self._seq = itertools.count()
+        self._pool: ProcessPoolExecutor | None = None
+        self._dispatcher: threading.Thread | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the workers now (instead of at the first job) and warm them up."""
+        with self._cv:
+            self._ensure_started()
+            pool = self._pool
+        if pool is not None:
+            for _ in range(self.workers):
+                pool.submit(_warm)
+
+    def _ensure_started(self) -> None:
+        if self._stopped:
+            raise RuntimeError("evaluator stopped")
+        if self._pool is None:
+            ctx = multiprocessing.get_context("spawn")
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        if self._dispatcher is None or not self._dispatcher.is_alive():
+            self._dispatcher = threading.Thread(target=self._dispatch, daemon=True,
+                                                name="gputopo-evaluator")
+            self._dispatcher.start()
+
+    def stop(self) -> None:
+        """Stop dispatching and shut the workers down (queued jobs stay unfinished)."""
+        with self._cv:
+            self._stopped = True
+            pool, self._pool = self._pool, None
+            self._cv.notify_all()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ jobs
+    def new_call(self) -> int:
+        """A call number: jobs of higher numbers run first."""
+        return next(self._calls)
+
+    def submit(
+        self, call: int, position: int, key: Hashable, args: tuple[Any, ...],
+        on_result: Callable[[Any], Any] | None = None, *, reprioritize: bool = True,
+    ) -> Job | None:
+        """Queue ``remote_decide(*args)`` under ``key`` (shared with an identical queued or
+        running job). ``on_result`` runs on the worker's result (in the dispatcher) before
+        waiters wake; its return value becomes ``Job.result``. A job already queued moves up
+        to this call's priority only with ``reprioritize``.
+
+        Returns:
+            The job, or None when the backlog is full or the evaluator is stopped.
+        """
+        job = self._inflight.get(key)
+        if job is not None and (job.started or not reprioritize):
+            return job  # fast path: already queued or running, nothing to change
+        with self._cv:
+            if self._stopped:
+                return None
+            job = self._inflight.get(key)
+            new = job is None
+            if job is None:
+                if len(self._inflight) >= self.max_backlog:
+                    return None
+                job = Job(key, args, on_result)
+                self._inflight[key] = job
+            if not job.started and (new or reprioritize):
+                heapq.heappush(self._heap, (-call, position, next(self._seq), job))
+                self._ensure_started()
+                self._cv.notify_all()
+            return job
+
+    def claim(self, job: Job) -> bool:
+        """Take a queued job to run it in the caller's thread (the workers will skip it).
+        False when a worker already started it."""
+        with self._cv:
+            if job.started:
+                return False
+            job.started = True
+            return True
+
+    def complete(self, job: Job, result: Any) -> None:
+        """Finish a job the caller :meth:`claim` ed (wakes its waiters)."""
+        job.result = result
+        with self._cv:
+            self._inflight.pop(job.key, None)
+        job.done.set()
+
+    def queued(self, key: Hashable) -> Job | None:
+        """The queued or running job of ``key``, if any (lock-free)."""
+        return self._inflight.get(key)
+
+    def backlog(self) -> int:
+        """Jobs queued or running."""
+        return len(self._inflight)
+
+    def _dispatch(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and (not self._heap or self._running >= self.workers):
+                    self._cv.wait()
+                if self._stopped:
+                    return
+                _, _, _, job = heapq.heappop(self._heap)
+                if job.started:
+                    continue
+                job.started = True
+                self._running += 1
+                pool = self._pool
+            try:
+                assert pool is not None
+                fut = pool.submit(remote_decide, *job.args)
+            except Exception as exc:  # noqa: BLE001 - broken pool: recreate, fail this job
+                log.warning("evaluator pool failed (%s); restarting it", exc)
+                with self._cv:
+                    self._pool = None
+                    if not self._stopped:
+                        self._ensure_started()
+                self._finish(job, None, exc)
+                continue
+            fut.add_done_callback(lambda f, job=job: self._done(job, f))  # type: ignore[misc]
+
+    def _done(self, job: Job, fut: Future[Any]) -> None:
+        try:
+            self._finish(job, fut.result(), None)
+        except BaseException as exc:  # noqa: BLE001 - cancelled or the worker died
+            self._finish(job, None, exc)
+
+    def _finish(self, job: Job, result: Any, error: BaseException | None) -> None:
+        job.result, job.error = result, error
+        if error is None and job.on_result is not None:
+            try:
+                job.result = job.on_result(result)
+            except Exception as exc:  # noqa: BLE001
+                log.exception("evaluator result handler failed")
+                job.error = exc
+        with self._cv:
+            self._running -= 1
+            self._inflight.pop(job.key, None)
+            self._cv.notify_all()
+        job.done.set()

@@ -1,0 +1,87 @@
+"""The time budget: decisions not ready in time are provisional (filter passes on capacity,
+prioritize scores 0), the workers finish them, and later answers are exact."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from scheduler_extender.extender import Extender
+from scheduler_extender.metrics import Metrics
+from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+from scheduler_extender.state import MemoryState
+from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
+from topology import catalog
+from topology.policies.base import NodeState
+
+BIG = "mapa-cubemesh-16" if "mapa-cubemesh-16" in catalog.names() else "dgx1-v100"
+NODES = [f"big-{i}" for i in range(6)]
+
+
+@pytest.fixture
+def budgeted() -> Iterator[tuple[Extender, MemoryState]]:
+    state = MemoryState({n: catalog.get(BIG) for n in NODES})
+    # different busy GPUs per node: six groups, none cached
+    for i, n in enumerate(NODES):
+        state.book.set_unhealthy(n, range(i))
+    ext = Extender(state, POLICY, Metrics(), budget_ms=0.001)  # nothing is ever on time
+    yield ext, state
+    ext.close()
+
+
+def wait_idle(ext: Extender) -> None:
+    assert ext.evaluator is not None
+    deadline = time.monotonic() + 60
+    while ext.evaluator.backlog():
+        if time.monotonic() > deadline:
+            pytest.fail("evaluator did not drain")
+        time.sleep(0.02)
+
+
+def test_provisional_then_exact(budgeted: tuple[Extender, MemoryState]) -> None:
+    ext, state = budgeted
+    pod = gpu_pod("p", 3, annotations={"gputopo.io/pattern": "ring"})
+    args = ExtenderArgs.model_validate(names_args(pod, [*NODES, "ghost"]))
+    first = ext.filter(args)
+    # capacity decides at once (exact): every real node has room, the unknown one fails
+    assert first["NodeNames"] == NODES
+    assert "ghost" in first["FailedAndUnresolvableNodes"]
+    prios = ext.prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    assert len(prios) == len(NODES) and all(0 <= p["Score"] <= 10 for p in prios)
+    assert ext.metrics is not None and ext.metrics.provisional._value.get() > 0
+    wait_idle(ext)
+    # the workers finished: now the answers equal an unbudgeted extender's
+    exact = Extender(state, POLICY)
+    later = ext.prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    reference = exact.prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    assert later == reference
+    assert any(p["Score"] > 0 for p in later)
+
+
+def test_capacity_failures_are_exact_even_without_budget(
+    budgeted: tuple[Extender, MemoryState],
+) -> None:
+    ext, _ = budgeted
+    size = catalog.get(BIG).size
+    pod = gpu_pod("wide", size - 2)
+    res = ext.filter(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    # nodes with more than 2 unhealthy GPUs cannot host size-2 GPUs: said at once, exactly
+    assert res["NodeNames"] == NODES[:3]
+    assert res["FailedNodes"] == {
+        n: f"only {size - i} of {size} GPUs free; the pod asks for {size - 2}"
+        for i, n in enumerate(NODES) if i >= 3
+    }
+
+
+def test_bind_is_always_exact(budgeted: tuple[Extender, MemoryState]) -> None:
+    ext, state = budgeted
+    pod = gpu_pod("b", 2)
+    ext.filter(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    res = ext.bind(ExtenderBindingArgs(PodName="b", PodNamespace="default", PodUID="uid-b",
+                                       Node=NODES[0]))
+    assert res == {"Error": ""}
+    held = state.allocations()
+    assert len(held) == 1 and len(held[0].gpus) == 2
+    assert state.node_state(NODES[0]) != NodeState()
