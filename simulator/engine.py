@@ -18,10 +18,10 @@ engine keeps nodes grouped by ``(topology class, free mask)`` and asks once per 
 idle machines are one call). Among the groups that accept, the *node choice* rule picks one
 (lowest node index inside a group); rules, by policy:
 
-* ``extender`` (gputopo, gaia, mapa-*): gputopo's prioritize — the highest decision quality
-  relative to the best that node type could give (policy EffBW / the policy's idle-node EffBW,
-  bandwidth-sensitive multi-GPU jobs only), then the least fragmentation left on the node, then
-  the fullest node (packing keeps whole nodes for big jobs);
+* ``extender`` (gputopo, gaia, mapa-*): the extender's prioritize score,
+  :func:`scheduler_extender.scoring.node_score` (0–10 from the decision's quality relative to
+  the node type's idle-node decision and the fragmentation it leaves); equal scores go to the
+  higher unrounded score, then the fullest node (kube-scheduler would pick at random);
 * ``least-allocated`` (baseline, nvidia-best-effort): kube-scheduler's default scoring
   (NodeResourcesFit LeastAllocated) — the node with the most free GPUs;
 * ``first-fit`` (fcfs): the lowest-index node that fits (Amaral §5.2's FCFS);
@@ -41,6 +41,7 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
+from scheduler_extender.scoring import W_FRAGMENTATION, W_QUALITY, node_score
 from simulator import SimulationError
 from simulator import runtime as rt
 from simulator.workloads import Job, Workload
@@ -268,9 +269,6 @@ class Simulation:
     # ------------------------------------------------------------------ placement
     def _score(self, decision: Decision, mask: int, req: Request) -> tuple[float, ...]:
         free_before = mask.bit_count()
-        after = mask
-        for g in decision.gpus:
-            after &= ~(1 << g)
         rule = self.rule
         if rule == "least-allocated":
             return (-free_before,)
@@ -282,15 +280,11 @@ class Simulation:
             u = amaral.utility(self.topology, self._state(mask), req, decision.mapping)
             a_cc, a_b, _ = amaral.ALPHA
             return (-round(a_cc * u.communication + a_b * u.interference, 9), free_before)
-        # extender
-        quality = 1.0
-        if req.sensitive and req.count > 1:
-            best = ideal_decision(self.policy, self.topology, req).effective_bandwidth_gbps
-            if best > 0:
-                quality = decision.effective_bandwidth_gbps / best
-        preserved, top = rt.node_fragmentation(self.topology, after)
-        frag = 1.0 - preserved / top if top > 0 else 0.0
-        return (-round(quality, 6), round(frag, 6), free_before)
+        # extender: the extender's own prioritize score (0-10), its unrounded value, then
+        # the fullest node (kube-scheduler breaks equal scores at random; we stay deterministic)
+        ns = node_score(self.policy, self.topology, self._state(mask), req, decision)
+        raw = W_QUALITY * ns.quality + W_FRAGMENTATION * (1.0 - ns.fragmentation)
+        return (-ns.score, -round(raw, 9), free_before)
 
     def _try_place(self, job: Job) -> tuple[int, Decision, float] | None:
         req = self.requests[job.id]
