@@ -3,8 +3,7 @@
 Shared by the end-to-end scheduling tests (``tests/e2e/test_scheduling.py``), the scheduler
 throughput benchmark (``benchmarks/bench_scheduler.py``) and ``gputopo cluster-demo``::
 
-    with ControlPlane() as cp:
-        cluster = GpuCluster(cp)
+    with ControlPlane() as cp, GpuCluster(cp) as cluster:
         cluster.start([("dgx-0", "dgx1-v100"), ("a100-0", "dgx-a100")])
         cluster.create_pod(GpuPod("ring", gpus=4, pattern="ring"))
         node = cluster.wait_bound(["ring"], timeout_s=60)["ring"]
@@ -31,6 +30,7 @@ kwok nodes are given 1 MiB vGPU-memory units by default (:data:`KWOK_VGPU_MEMORY
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -201,6 +201,7 @@ class ExtenderProcess:
         proc = ManagedProcess("gputopo-extender", args, self.log_path, env=env)
         self.process = proc.start()
         self.starts += 1
+        atexit.register(self.stop)  # never outlive the caller, even without stop()
 
         def ready() -> bool:
             if proc.exited():
@@ -237,6 +238,7 @@ class ExtenderProcess:
 
     def stop(self) -> None:
         """Stop it by PID (SIGTERM to its process group, then SIGKILL). Idempotent."""
+        atexit.unregister(self.stop)
         if self.process is not None:
             self.process.stop(grace_s=10)
 
@@ -540,6 +542,12 @@ class GpuCluster:
         self.scheduler_name = SCHEDULER_NAME
         self.nodes: dict[str, Topology] = {}
 
+    def __enter__(self) -> GpuCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def core(self) -> k8s_client.CoreV1Api:
         """The admin ``CoreV1Api``."""
@@ -571,14 +579,20 @@ class GpuCluster:
 
     def start_scheduler(self, config_yaml: str, name: str = "gputopo-scheduler") -> None:
         """(Re)start kube-scheduler with ``config_yaml``; the previous one is stopped first."""
-        if self.scheduler is not None:
-            self.scheduler.stop()
+        self.stop_scheduler()
         self.scheduler_config = config_yaml
         self.scheduler_name = scheduler_name(config_yaml)
         self.scheduler = self.cp.start_scheduler(config_yaml, name=name)
 
+    def stop_scheduler(self) -> None:
+        """Stop kube-scheduler (by PID); pods then wait unscheduled."""
+        if self.scheduler is not None:
+            self.scheduler.stop()
+            self.scheduler = None
+
     def stop(self) -> None:
-        """Stop the extender (the control plane stops the rest)."""
+        """Stop the scheduler and the extender by PID (the control plane stops the rest)."""
+        self.stop_scheduler()
         self.extender.stop()
 
     # ------------------------------------------------------------------ pods

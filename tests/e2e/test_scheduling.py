@@ -87,13 +87,9 @@ def cluster() -> Iterator[GpuCluster]:
         find_helm()
     except BinariesUnavailable as exc:
         pytest.skip(f"control-plane binaries unavailable: {exc}")
-    with ControlPlane(binaries) as cp:
-        gc = GpuCluster(cp, policy=POLICY)
-        try:
-            gc.start(NODES.items())
-            yield gc
-        finally:
-            gc.stop()
+    with ControlPlane(binaries) as cp, GpuCluster(cp, policy=POLICY) as gc:
+        gc.start(NODES.items())
+        yield gc
 
 
 def _wait_idle(gc: GpuCluster) -> None:
