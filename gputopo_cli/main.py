@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "gputopo_cli.cmd_place",
     "gputopo_cli.cmd_topology",
     "gputopo_cli.cmd_simulate",
+    "gputopo_cli.cmd_cluster",
 )
 
 for _mod in COMMAND_MODULES:
