@@ -28,6 +28,9 @@ import numpy as np
 from simulator.engine import JobRecord, RunResult
 
 QKEYS = ("min", "p25", "median", "p75", "max")
+#: Timelines longer than this are drawn as time-weighted means over PLOT_BINS bins.
+MAX_STEPS = 600
+PLOT_BINS = 200
 
 
 def quantiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -250,14 +253,27 @@ def plots(results: Sequence[RunResult], out: Path, title: str) -> list[Path]:
     written.append(path)
 
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
+    smoothed = False
     for r in results:
-        t = [s.time_s for s in r.timeline]
-        ax1.step(t, [s.fragmentation for s in r.timeline], where="post", label=r.policy, lw=1)
-        ax2.step(t, [s.busy_gpus / r.total_gpus for s in r.timeline], where="post",
-                 label=r.policy, lw=1)
+        t = np.array([s.time_s for s in r.timeline])
+        frag = np.array([s.fragmentation for s in r.timeline])
+        busy = np.array([s.busy_gpus / r.total_gpus for s in r.timeline])
+        if len(t) > MAX_STEPS and t[-1] > t[0]:  # time-weighted means over bins
+            grid = np.linspace(t[0], t[-1], 20 * PLOT_BINS)
+            idx = np.searchsorted(t, grid, side="right") - 1
+            centres = grid.reshape(PLOT_BINS, -1).mean(axis=1)
+            ax1.plot(centres, frag[idx].reshape(PLOT_BINS, -1).mean(axis=1), label=r.policy,
+                     lw=1.2)
+            ax2.plot(centres, busy[idx].reshape(PLOT_BINS, -1).mean(axis=1), label=r.policy,
+                     lw=1.2)
+            smoothed = True
+        else:
+            ax1.step(t, frag, where="post", label=r.policy, lw=1)
+            ax2.step(t, busy, where="post", label=r.policy, lw=1)
     ax1.set_ylabel("fragmentation")
     ax1.set_title(f"{title}: fragmentation of the free GPUs over time "
-                  "(0 = as well connected as possible)")
+                  "(0 = as well connected as possible)"
+                  + (f"\n(time-weighted means over {PLOT_BINS} bins)" if smoothed else ""))
     ax2.set_ylabel("busy GPU share")
     ax2.set_xlabel("time, s")
     for ax in (ax1, ax2):
