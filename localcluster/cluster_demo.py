@@ -132,7 +132,6 @@ def run_cluster_demo(
     """
     result = ClusterDemoResult()
     stream = [GpuPod.from_demo(d) for d in make_stream(pods, seed)]
-    demo_of = {d.name: d for d in make_stream(pods, seed)}
     echo("binaries: " + ", ".join(
         path.parent.name for path in (binaries.etcd, binaries.kube_apiserver,
                                       binaries.kube_scheduler, binaries.kwok)))
@@ -174,8 +173,7 @@ def run_cluster_demo(
         sensitive: list[tuple[float, float, float]] = []  # got, best of its class, best here
         classes = {t.topology_class: t for t in gc.nodes.values()}
         for p in stream:
-            d = demo_of[p.name]
-            sens = "yes" if (p.gpus > 1 and d.sensitive) else "no"
+            sens = "yes" if p.sensitive else "no"
             pattern = p.pattern or "-"
             head = f"{p.name:<8} {_asks(p):>9}  {pattern:<10} {sens:<4}"
             pl = placement_of(live[p.name])
@@ -200,16 +198,14 @@ def run_cluster_demo(
                 sensitive.append((got, best, anywhere))
 
         result.problems = booking_problems(live.values(), gc.nodes)
+        placements = [pl for pod in live.values() if (pl := placement_of(pod)) is not None]
         echo("")
         echo(f"summary: {len(result.bound)}/{len(stream)} pods bound by kube-scheduler through "
              f"the gputopo extender, {len(result.pending)} pending")
         for name, topo in gc.nodes.items():
-            whole = sum(len(pl.assignment.gpu_indices) for pl in
-                        (placement_of(p) for p in live.values())
-                        if pl is not None and pl.node == name and not pl.assignment.fractional)
-            shared = {pl.assignment.gpu_indices[0] for pl in
-                      (placement_of(p) for p in live.values())
-                      if pl is not None and pl.node == name and pl.assignment.fractional}
+            here = [pl.assignment for pl in placements if pl.node == name]
+            whole = sum(len(a.gpu_indices) for a in here if not a.fractional)
+            shared = {a.gpu_indices[0] for a in here if a.fractional}
             echo(f"  {name:<14} {whole}/{topo.size} GPUs whole, {len(shared)} shared")
         if sensitive:
             n = len(sensitive)
@@ -221,12 +217,8 @@ def run_cluster_demo(
                  f"node's class, {any_best}/{n} of any class in this cluster")
         echo("  GPU bookings (annotations vs topology, nothing given twice): "
              + ("consistent" if not result.problems else "; ".join(result.problems)))
-        procs = [p for p in [gc.scheduler, gc.extender.process, *reversed(cp.processes)]
-                 if p is not None and p.pid is not None]
-        seen: set[int] = set()
-        for proc in procs:
-            if proc.pid is not None and proc.pid not in seen:
-                seen.add(proc.pid)
+        for proc in [gc.extender.process, *reversed(cp.processes)]:
+            if proc is not None and proc.pid is not None:
                 result.stopped_pids.append((proc.name, proc.pid))
     echo("stopped by PID: " + ", ".join(f"{n} ({pid})" for n, pid in result.stopped_pids))
     return result

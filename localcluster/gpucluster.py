@@ -321,15 +321,6 @@ class GpuPod:
         """A share of one GPU."""
         return self.gpus == 0 and (self.core_percent > 0 or self.memory_mib > 0)
 
-    @property
-    def label(self) -> str:
-        """What it asks for: ``4`` (GPUs), ``25%/4096MiB`` (a share) or ``-``."""
-        if self.gpus:
-            return str(self.gpus)
-        if self.fractional:
-            return f"{self.core_percent}%/{self.memory_mib}MiB"
-        return "-"
-
     @classmethod
     def from_demo(cls, pod: DemoPod, **fields: Any) -> GpuPod:
         """The pod of ``gputopo demo``'s stream (:func:`scheduler_extender.demo.make_stream`):

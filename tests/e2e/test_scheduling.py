@@ -47,6 +47,7 @@ from scheduler_extender.contract import (
     ANN_VGPU_MEMORY,
     LABEL_GPU_MODEL,
     LABEL_TOPOLOGY_CLASS,
+    MANAGED_RESOURCES,
     RESOURCE_GPU,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
@@ -66,7 +67,6 @@ NODES = {"dgx-0": "dgx1-v100", "dgx-1": "dgx1-v100", "a100-0": "dgx-a100", "pcie
 DP_NODE = "dp-dgx-0"
 DP_TAINT = {"key": "gputopo.io/e2e-device-plugin", "value": "true", "effect": "NoSchedule"}
 DP_UNIT_MIB = 256  # the plugin's default vGPU-memory unit
-RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
 WAIT_S = 90.0  # bounds every wait (kube-scheduler's pod backoff tops out at 10 s)
 
 
@@ -353,9 +353,9 @@ def plugin_node(cluster: GpuCluster) -> Iterator[PluginNode]:
         cp.workdir / "logs" / "device-plugin.log",
     ).start()  # fmt: skip
     try:
-        kubelet.wait_registered(RESOURCES, timeout=60)
+        kubelet.wait_registered(MANAGED_RESOURCES, timeout=60)
         counts = {}
-        for r in RESOURCES:
+        for r in MANAGED_RESOURCES:
             kubelet.watch(r)
             counts[r] = str(len(kubelet.wait_devices(r, lambda ds: len(ds) > 0)))
 
@@ -391,7 +391,7 @@ def test_device_plugin_publishes_the_topology_and_capacity(
     assert labels[LABEL_GPU_MODEL] == "Tesla-V100-SXM2-16GB"
     # the kubelet's capacity from the plugin's devices is what kwok GPU nodes are given
     assert plugin_node.capacity == gpu_capacity(expected, DP_UNIT_MIB)
-    assert {r: node["status"]["allocatable"][r] for r in RESOURCES} == plugin_node.capacity
+    assert {r: node["status"]["allocatable"][r] for r in MANAGED_RESOURCES} == plugin_node.capacity
 
 
 def test_device_plugin_allocate_returns_what_the_scheduler_annotated(
