@@ -7,8 +7,15 @@ nodes (8 GPUs each, the device-plugin-like capacity and topology annotation of
 KubeSchedulerConfiguration (``nodeCacheCapable`` as rendered), the real
 ``gputopo extender --state kubernetes`` as a child process.
 
-Scenarios, each ``--pods`` pods created at once (8 client threads) and timed from the first
-create call to the last pod seen bound (a watch records when each pod gets its node):
+Scenarios, each ``--pods`` pods created at once (8 client threads; a watch records when each
+pod gets its node), each measured in two modes:
+
+* **stream** — the scheduler is running while the pods are created; pods/s counts from the
+  first create call to the last bind ("created → all bound"), so the client's create rate and
+  its competition for the CPUs are part of it;
+* **backlog** — kube-scheduler is stopped, the pods are created, then it is started; pods/s
+  counts from the first bind to the last: what the scheduler (and the extender) sustain.
+
 
 * ``no-extender`` — pods asking for CPU only, under the same scheduler: the extender manages
   only GPU resources, so kube-scheduler never calls it (its own bind, its own client QPS);
@@ -20,7 +27,9 @@ create call to the last pod seen bound (a watch records when each pod gets its n
 
 Between runs every pod is deleted and the cluster is idle again. Each scenario runs
 ``--repeats`` times (after one unmeasured warm-up run of ``no-extender``); the JSON keeps every
-run and the median. 50 nodes x 8 GPUs and 200 two-GPU pods fill the cluster exactly.
+run and the median, plus the extender's mean server-side latency per verb (from its
+``/metrics``) in the gputopo runs. 50 nodes x 8 GPUs and 200 two-GPU pods fill the cluster
+exactly. The host is shared: the JSON records the load average before and after.
 
 Run: ``.venv/bin/python -m benchmarks.bench_scheduler [--nodes 50] [--pods 200] [--repeats 3]``;
 prints a table and writes ``benchmarks/results/scheduler.json``.
@@ -107,8 +116,9 @@ def serve_trivial_extender(port: int, kubeconfig: str) -> None:
             self.end_headers()
             self.wfile.write(data)
 
-    ThreadingHTTPServer.daemon_threads = True
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
 
 
 @contextmanager
