@@ -29,6 +29,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,9 @@ SCALE = [
      ["baseline", "mapa-preserve", "gputopo"]),
 ]
 
+#: A benchmark that runs longer than this is stopped and reported as timed out.
+BENCHMARK_TIMEOUT_S = 1800
+
 BENCHMARKS = [("bench_extender", "extender.json"), ("bench_matching", "matching.json"),
               ("bench_allocate", "allocate.json")]
 
@@ -90,14 +94,27 @@ def _run_benchmark(module: str, quick: bool) -> tuple[str, int, float]:
         return f"`benchmarks/{module}.py` is not in this tree yet; skipped.", 0, 0.0
     cmd = [sys.executable, "-m", f"benchmarks.{module}"] + (["--quick"] if quick else [])
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "MPLBACKEND": "Agg"})
+    # output to files, not pipes: a worker process the benchmark leaves behind would hold a
+    # pipe open and block us after the benchmark itself has exited
+    with tempfile.TemporaryFile("w+") as out_f, tempfile.TemporaryFile("w+") as err_f:
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, stdout=out_f, stderr=err_f, text=True,
+                                  env={**os.environ, "MPLBACKEND": "Agg"},
+                                  timeout=BENCHMARK_TIMEOUT_S)
+            rc = proc.returncode
+        except subprocess.TimeoutExpired:
+            rc = -1
+        out_f.seek(0)
+        err_f.seek(0)
+        stdout, stderr = out_f.read(), err_f.read()
     took = time.perf_counter() - t0
-    out = (proc.stdout.strip() + ("\n" + proc.stderr.strip() if proc.returncode else ""))
+    out = stdout.strip() + ("\n" + stderr.strip() if rc else "")
+    if rc == -1:
+        out += f"\n(timed out after {BENCHMARK_TIMEOUT_S} s)"
     lines = out.splitlines()
     if len(lines) > 40:  # keep the summary at the end; the full output is in its JSON
         lines = [f"… ({len(lines) - 40} lines above omitted)"] + lines[-40:]
-    return "\n".join(lines), proc.returncode, took
+    return "\n".join(lines), rc, took
 
 
 def _decision_table(rows: list[dict[str, Any]]) -> str:
