@@ -31,14 +31,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from scheduler_extender.contract import ANN_TOPOLOGY, LABEL_GPU_MODEL, LABEL_TOPOLOGY_CLASS
+from scheduler_extender.contract import (
+    ANN_TOPOLOGY,
+    ANN_VGPU_MEMORY_UNIT,
+    LABEL_GPU_MODEL,
+    LABEL_TOPOLOGY_CLASS,
+)
 from topology.model import Topology
 from topology.serialization import dumps
 
 log = logging.getLogger(__name__)
 
 ANN_UNHEALTHY_GPUS = "gputopo.io/unhealthy-gpus"
-ANN_VGPU_MEMORY_UNIT = "gputopo.io/vgpu-memory-unit-mib"
 
 
 class PublishError(RuntimeError):

@@ -18,6 +18,13 @@ RESOURCE_VGPU_CORE = "gputopo.io/vgpu-core"  # percent of one GPU's compute (100
 RESOURCE_VGPU_MEMORY = "gputopo.io/vgpu-memory"  # GPU memory, MiB
 MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
 
+#: MiB per ``gputopo.io/vgpu-memory`` unit. The kubelet hands out one device per requested
+#: unit, and one device per MiB would list ~130,000 devices on a DGX-1 (over the kubelet's
+#: 4 MiB gRPC message limit), so a pod asks for memory in units of 256 MiB: ``16`` = 4 GiB.
+#: The device plugin publishes its unit on the Node (:data:`ANN_VGPU_MEMORY_UNIT`); the
+#: extender converts units to MiB and rejects nodes whose unit differs from its own.
+DEFAULT_VGPU_MEMORY_UNIT_MIB = 256
+
 # --- inputs (pod annotations) -------------------------------------------------------------
 PREFIX = "gputopo.io/"
 ANN_PATTERN = PREFIX + "pattern"
@@ -27,6 +34,7 @@ ANN_MIN_UTILITY = PREFIX + "min-utility"
 
 # --- node ---------------------------------------------------------------------------------
 ANN_TOPOLOGY = PREFIX + "topology"
+ANN_VGPU_MEMORY_UNIT = PREFIX + "vgpu-memory-unit-mib"  # MiB per vgpu-memory unit
 LABEL_GPU_MODEL = PREFIX + "gpu-model"
 LABEL_TOPOLOGY_CLASS = PREFIX + "topology-class"
 

@@ -4,7 +4,9 @@ Resources (names from :mod:`scheduler_extender.contract`):
 
 * ``nvidia.com/gpu`` — whole GPUs.
 * ``gputopo.io/vgpu-core`` — percent of one GPU's compute (1–100).
-* ``gputopo.io/vgpu-memory`` — GPU memory, MiB.
+* ``gputopo.io/vgpu-memory`` — GPU memory in units of ``memory_unit_mib`` MiB (default
+  256: ``16`` = 4 GiB; see :data:`scheduler_extender.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`),
+  converted to MiB in the request.
 
 Per container the *limit* wins over the request (extended resources must have equal request
 and limit; when only one is set that one counts). The pod's demand is the larger of the sum
@@ -12,8 +14,9 @@ over regular containers (plus restartable "sidecar" init containers, which run a
 the largest single init container (plus the sidecars started before it) — the kubelet's
 effective-request rule.
 
-Quantities must be plain non-negative integers: ``"2"`` (or a JSON integer); ``"500Mi"``,
-``"0.5"`` and ``"1k"`` are rejected with a message naming the resource and the container.
+Quantities are Kubernetes quantities that denote whole numbers: ``"2"``, and the canonical
+forms the API server writes (``"8k"`` for 8000, ``"1Ki"``, ``"2e3"``). Fractions (``"0.5"``,
+``"500m"``) and negatives are rejected with a message naming the resource and the container.
 
 Annotations (all optional):
 
@@ -26,14 +29,17 @@ Annotations (all optional):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from scheduler_extender.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
     ANN_POLICY,
+    DEFAULT_VGPU_MEMORY_UNIT_MIB,
     RESOURCE_GPU,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
@@ -63,22 +69,47 @@ class PodRequest:
     policy: str | None = None
 
 
+_SUFFIX = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+_QUANTITY = re.compile(
+    r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)"  # number
+    r"(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|u|n)?)$"  # exponent or suffix
+)
+
+
 def _quantity(value: object, resource: str, where: str) -> int:
+    """A resource quantity that must be a whole, non-negative number.
+
+    Raises:
+        PodSpecError: not a quantity, a fraction, or negative (names resource and place).
+    """
     if isinstance(value, bool):
         raise PodSpecError(f"{where}: {resource} quantity {value!r} is not an integer")
     if isinstance(value, int):
-        n = value
-    elif isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
-        n = int(value.strip())
+        n = Fraction(value)
+    elif isinstance(value, str) and (m := _QUANTITY.match(value.strip())):
+        number, exponent, suffix = m.groups()
+        n = Fraction(number)
+        if exponent:
+            n *= Fraction(10) ** int(exponent[1:])
+        elif suffix in ("m", "u", "n"):
+            n /= {"m": 10**3, "u": 10**6, "n": 10**9}[suffix]
+        else:
+            n *= _SUFFIX[suffix or ""]
     else:
-        unit = " MiB" if resource == RESOURCE_VGPU_MEMORY else ""
-        raise PodSpecError(
-            f"{where}: {resource} quantity {value!r} is not a whole number{unit} "
-            f"(write e.g. \"2\"; suffixes and fractions are not accepted)"
-        )
+        if isinstance(value, str) and value.strip().startswith("-"):
+            raise PodSpecError(f"{where}: {resource} quantity {value!r} is negative")
+        raise PodSpecError(f"{where}: {resource} quantity {value!r} is not a quantity")
     if n < 0:
         raise PodSpecError(f"{where}: {resource} quantity {value!r} is negative")
-    return n
+    if n.denominator != 1:
+        raise PodSpecError(
+            f"{where}: {resource} quantity {value!r} is not a whole number "
+            f"(a GPU share is asked for with {RESOURCE_VGPU_CORE}, in percent)"
+        )
+    return int(n)
 
 
 def _container_demand(container: object, kind: str, index: int) -> dict[str, int]:
@@ -176,8 +207,14 @@ def policy_from_pod(pod: Mapping[str, Any]) -> str | None:
     return name.strip()
 
 
-def request_from_pod(pod: Mapping[str, Any]) -> Request | None:
+def request_from_pod(
+    pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB
+) -> Request | None:
     """The pod's placement request, or None when it asks for no gputopo resource.
+
+    Args:
+        pod: the ``v1.Pod`` as a JSON dict.
+        memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` unit.
 
     Returns:
         ``Request(count=n, pattern, bandwidth_sensitive)`` for ``nvidia.com/gpu: n``;
@@ -219,18 +256,25 @@ def request_from_pod(pod: Mapping[str, Any]) -> Request | None:
     try:
         if gpus:
             return Request(count=gpus, pattern=pattern, bandwidth_sensitive=sensitive)
-        return Request(count=0, core_percent=core, memory_mib=mem, bandwidth_sensitive=sensitive)
+        return Request(
+            count=0,
+            core_percent=core,
+            memory_mib=mem * memory_unit_mib,
+            bandwidth_sensitive=sensitive,
+        )
     except RequestError as exc:
         raise PodSpecError(str(exc)) from None
 
 
-def parse_pod(pod: Mapping[str, Any]) -> PodRequest | None:
+def parse_pod(
+    pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB
+) -> PodRequest | None:
     """:func:`request_from_pod` and :func:`policy_from_pod` together (None = pass-through).
 
     Raises:
         PodSpecError: see both functions.
     """
-    request = request_from_pod(pod)
+    request = request_from_pod(pod, memory_unit_mib=memory_unit_mib)
     if request is None:
         return None
     return PodRequest(request=request, policy=policy_from_pod(pod))

@@ -65,10 +65,23 @@ def test_defaults() -> None:
 
 
 def test_fractional() -> None:
-    r = request_from_pod(pod([c({CORE: "30", MEM: "4096"})]))
+    # vgpu-memory counts 256 MiB units (the device plugin's device size): 16 = 4 GiB
+    r = request_from_pod(pod([c({CORE: "30", MEM: "16"})]))
     assert r is not None and r.fractional and r.core_percent == 30 and r.memory_mib == 4096
-    r = request_from_pod(pod([c({MEM: "2048"})]))
+    r = request_from_pod(pod([c({MEM: "8"})]))
     assert r is not None and r.fractional and r.core_percent == 0 and r.memory_mib == 2048
+    r = request_from_pod(pod([c({MEM: "2048"})]), memory_unit_mib=1)
+    assert r is not None and r.memory_mib == 2048
+
+
+def test_canonical_quantities_from_the_api_server() -> None:
+    """The API server canonicalises quantities: 8000 arrives as "8k", 1024 may be "1Ki"."""
+    r = request_from_pod(pod([c({CORE: "50", MEM: "8k"})]), memory_unit_mib=1)
+    assert r is not None and r.memory_mib == 8000
+    r = request_from_pod(pod([c({MEM: "1Ki"})]), memory_unit_mib=1)
+    assert r is not None and r.memory_mib == 1024
+    r = request_from_pod(pod([c({GPU: "2e0"})]))
+    assert r is not None and r.count == 2
 
 
 def test_pass_through() -> None:
@@ -78,12 +91,12 @@ def test_pass_through() -> None:
 
 
 @pytest.mark.parametrize(("p", "needle"), [
-    (pod([c({GPU: "500Mi"})]), "not a whole number"),
+    (pod([c({GPU: "500m"})]), "not a whole number"),
     (pod([c({GPU: "0.5"})]), "not a whole number"),
-    (pod([c({GPU: "1k"})]), "not a whole number"),
+    (pod([c({GPU: "two"})]), "not a quantity"),
     (pod([c({GPU: True})]), "not an integer"),
     (pod([c({GPU: -1})]), "negative"),
-    (pod([c({MEM: "4Gi"})]), "whole number MiB"),
+    (pod([c({MEM: "0.5"})]), "not a whole number"),
     (pod([c({GPU: "2", CORE: "50"})]), "ask for one kind"),
     (pod([c({GPU: "2"}), c({MEM: "100"})]), "ask for one kind"),
     (pod([c({CORE: "101"})]), "more than one GPU"),

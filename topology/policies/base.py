@@ -18,6 +18,10 @@ from topology.patterns import Pattern
 #: One GPU's compute in vGPU-core units (percent of a GPU).
 FULL_CORE = 100
 
+#: Most GPUs one request may name: the largest node the topology schema describes. A larger
+#: count is rejected up front, before anything sized by it (a pattern graph) is built.
+MAX_GPUS_PER_REQUEST = 256
+
 
 class NoFit(Exception):
     """The node cannot host the request; ``str(exc)`` says why (one line)."""
@@ -137,6 +141,11 @@ class Request:
     def __post_init__(self) -> None:
         if self.count < 0:
             raise RequestError("GPU count must not be negative")
+        if self.count > MAX_GPUS_PER_REQUEST:
+            raise RequestError(
+                f"the pod asks for {self.count} GPUs; no node has more than "
+                f"{MAX_GPUS_PER_REQUEST}"
+            )
         if self.count == 0:
             if not (0 <= self.core_percent <= FULL_CORE) or self.memory_mib < 0:
                 raise RequestError("fractional request needs 0-100 vGPU-core and memory >= 0")
@@ -185,9 +194,9 @@ class Request:
 
     def key(self) -> tuple[object, ...]:
         """Hashable canonical form (for caches)."""
-        p = self.effective_pattern()
+        p = self.pattern.key() if self.pattern is not None else ("all-to-all",)
         return (
-            self.count, self.core_percent, self.memory_mib, p.key(), self.sensitive,
+            self.count, self.core_percent, self.memory_mib, p, self.sensitive,
             self.min_utility, self.profile,
         )  # fmt: skip
 
