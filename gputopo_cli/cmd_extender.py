@@ -30,7 +30,7 @@ def register(app: typer.Typer) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
         import uvicorn
 
-        from scheduler_extender.app import create_app
+        from scheduler_extender.app import create_app, tune_gc
         from scheduler_extender.kubernetes_state import ApiError, KubernetesState
         from scheduler_extender.settings import SettingsError, load_settings
         from scheduler_extender.state import ClusterState, MemoryState
@@ -61,6 +61,7 @@ def register(app: typer.Typer) -> None:
             kube.start_background()
             backend = kube
         app_ = create_app(settings, backend)
+        tune_gc()
         logging.getLogger("gputopo.extender").info(
             "extender: policy=%s state=%s on %s://%s:%d", settings.policy, settings.state,
             "https" if settings.tls_cert else "http", settings.host, settings.port,

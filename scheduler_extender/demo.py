@@ -33,6 +33,7 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI
 
+from scheduler_extender import contract as _contract
 from scheduler_extender.app import create_app
 from scheduler_extender.contract import (
     ANN_BW_SENSITIVE,
@@ -52,6 +53,8 @@ from topology.policies.registry import DEFAULT_POLICY, policies
 from topology.serialization import dumps
 
 BASELINE = "baseline"
+#: MiB per ``gputopo.io/vgpu-memory`` unit (the contract's, once it defines one).
+_MEMORY_UNIT_MIB: int = getattr(_contract, "DEFAULT_VGPU_MEMORY_UNIT_MIB", 1)
 PATTERNS = ("ring", "all-to-all", "tree")
 
 # --- kube-scheduler-shaped objects (trimmed copies of the v1.28.7 fixtures) ------------------
@@ -161,7 +164,7 @@ def pod_object(p: DemoPod) -> dict[str, Any]:
     res["requests"] = {"cpu": "1", "memory": "1Gi"}
     if p.share:
         core = str(round(p.share * 100))
-        mem = str(round(p.share * 16384))
+        mem = str(round(p.share * 16384 / _MEMORY_UNIT_MIB))  # vgpu-memory counts units
         res["limits"] = {RESOURCE_VGPU_CORE: core, RESOURCE_VGPU_MEMORY: mem}
         res["requests"].update(res["limits"])
     else:

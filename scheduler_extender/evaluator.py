@@ -77,6 +77,34 @@ def _decide(policy: str, topology_json: str, state: Any, request: Any) -> tuple[
     return ("ok", decision, score)
 
 
+def _clear() -> int:
+    """Forget the worker's decision cache (cold-cache benchmarks)."""
+    from topology.policies.evaluate import clear_cache
+
+    clear_cache()
+    return os.getpid()
+
+
+def default_workers() -> int:
+    """Worker processes worth having: CPUs − 2 (the request thread and the rest of the
+    system keep two), 0 to 4. With 0 the request thread decides within its budget alone."""
+    return max(0, min(4, (os.cpu_count() or 1) - 2))
+
+
+def _watch_parent(parent: int) -> None:
+    """Worker-side: exit as soon as the extender process is gone (a killed parent would
+    otherwise leave its workers blocked on the job pipe forever)."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _init_worker(parent: int) -> None:
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                     name="gputopo-parent-watch").start()
+
+
 def _warm() -> int:
     """Import everything a job needs (first job latency)."""
     from scheduler_extender import scoring  # noqa: F401
@@ -84,6 +112,10 @@ def _warm() -> int:
 
     registry.policies()
     return os.getpid()
+
+
+class Dropped(Exception):
+    """A queued job was dropped before it ran (its callers had moved on)."""
 
 
 class Job:
@@ -111,14 +143,19 @@ class Evaluator:
     """Worker processes running :func:`remote_decide` jobs by priority.
 
     Args:
-        workers: processes (default: CPUs − 1, at least 1, at most 4).
+        workers: processes (default: :func:`default_workers`, at least 1).
         max_backlog: queued jobs beyond this are refused (:meth:`submit` returns None; the
             caller answers provisionally without queueing).
+        keep_calls: queued jobs of calls older than the newest ``keep_calls`` are dropped
+            unstarted — under sustained load, finishing them would only compete for CPU with
+            the calls that need answers now.
     """
 
-    def __init__(self, workers: int | None = None, max_backlog: int = 20_000) -> None:
-        cpus = os.cpu_count() or 2
-        self.workers = workers or max(1, min(4, cpus - 1))
+    def __init__(
+        self, workers: int | None = None, max_backlog: int = 20_000, keep_calls: int = 4
+    ) -> None:
+        self.workers = workers or max(1, default_workers())
+        self.keep_calls = keep_calls
         self.max_backlog = max_backlog
         self._heap: list[tuple[int, int, int, Job]] = []
         self._inflight: dict[Hashable, Job] = {}
@@ -145,11 +182,23 @@ class Evaluator:
             raise RuntimeError("evaluator stopped")
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=ctx, initializer=_init_worker,
+                initargs=(os.getpid(),),
+            )
         if self._dispatcher is None or not self._dispatcher.is_alive():
             self._dispatcher = threading.Thread(target=self._dispatch, daemon=True,
                                                 name="gputopo-evaluator")
             self._dispatcher.start()
+
+    def clear_caches(self) -> None:
+        """Ask the workers to forget their decision caches (one request per worker; with
+        several workers some may get two and others none — good enough for benchmarks)."""
+        with self._cv:
+            pool = self._pool
+        if pool is not None:
+            for fut in [pool.submit(_clear) for _ in range(self.workers)]:
+                fut.result(timeout=30)
 
     def stop(self) -> None:
         """Stop dispatching and shut the workers down (queued jobs stay unfinished)."""
@@ -162,8 +211,25 @@ class Evaluator:
 
     # ------------------------------------------------------------------ jobs
     def new_call(self) -> int:
-        """A call number: jobs of higher numbers run first."""
-        return next(self._calls)
+        """A call number: jobs of higher numbers run first. Jobs queued only by calls older
+        than the newest ``keep_calls`` and not started yet are dropped (:class:`Dropped`)."""
+        call = next(self._calls)
+        oldest = call - self.keep_calls
+        with self._cv:
+            if any(-e[0] < oldest for e in self._heap):
+                keep = [e for e in self._heap if -e[0] >= oldest]
+                kept = {id(e[3]) for e in keep}
+                for e in self._heap:
+                    job = e[3]
+                    if id(job) not in kept and not job.started:
+                        job.started = True  # never run it
+                        if self._inflight.get(job.key) is job:
+                            del self._inflight[job.key]
+                        job.error = Dropped("superseded by newer calls")
+                        job.done.set()
+                heapq.heapify(keep)
+                self._heap = keep
+        return call
 
     def submit(
         self, call: int, position: int, key: Hashable, args: tuple[Any, ...],

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from scheduler_extender.contract import ANN_TOPOLOGY
-from scheduler_extender.evaluator import Evaluator, Job
+from scheduler_extender.evaluator import Dropped, Evaluator, Job, default_workers
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
@@ -61,19 +61,23 @@ intern_request = _Interner()
 
 
 class _CostModel:
-    """Running estimate of decision time per (class, free GPUs, request shape), seconds.
+    """Running estimate of decision time per (policy, class, busy GPUs, request shape),
+    seconds.
 
     The request thread decides a miss itself only when the estimate says it fits well within
-    the time left; unknown shapes go to the workers first (their times teach the model).
+    the time left; unknown shapes go to the workers first (their times teach the model) or,
+    without workers, are learnt by filter while its time is ample. Every decision made here,
+    by the workers or by bind updates it.
     """
 
     def __init__(self) -> None:
         self._est: dict[tuple[object, ...], float] = {}
 
     @staticmethod
-    def key(view: NodeView, request: Request) -> tuple[object, ...]:
-        free = len(view.state.usage)  # busy GPUs: a proxy of the search size
-        return (view.group[0] if view.group else "", free, request.count, request.fractional)
+    def key(policy: str, view: NodeView, request: Request) -> tuple[object, ...]:
+        busy = len(view.state.usage) + len(view.state.unhealthy)  # proxy of the search size
+        cls = view.group[0] if view.group else ""
+        return (policy, cls, busy, request.count, request.fractional)
 
     def estimate(self, key: tuple[object, ...]) -> float | None:
         return self._est.get(key)
@@ -160,6 +164,9 @@ class Extender:
             provisional: filter passes the node on capacity, prioritize scores it 0, and the
             result is cached for the next pods). None = no budget: every decision is made in
             the request thread before answering (exact, deterministic; the default).
+        workers: worker processes for budgeted decisions (None = :func:`default_workers`;
+            0 = none: the request thread decides what its cost model says fits the budget,
+            and the rest stays provisional until a later call has the time).
 
     Raises:
         UnknownPolicy: ``policy`` is not registered.
@@ -167,14 +174,16 @@ class Extender:
 
     def __init__(
         self, state: ClusterState, policy: str, metrics: Metrics | None = None,
-        budget_ms: float | None = None,
+        budget_ms: float | None = None, workers: int | None = None,
     ) -> None:
         get_policy(policy)
         self.state = state
         self.policy = policy
         self.metrics = metrics
         self.budget_s = budget_ms / 1000.0 if budget_ms else None
-        self.evaluator = Evaluator() if self.budget_s is not None else None
+        if workers is None:
+            workers = default_workers()
+        self.evaluator = Evaluator(workers) if self.budget_s is not None and workers else None
         if self.evaluator is not None:
             self.evaluator.start()
         self._spent = _LRU(_PENDING_SIZE)  # pod uid -> seconds its filter waited
@@ -193,7 +202,10 @@ class Extender:
 
     # ------------------------------------------------------------------ caches
     def clear_caches(self) -> None:
-        """Forget parsed topologies and cached scores (cold-cache benchmarks, tests)."""
+        """Forget parsed topologies, cached outcomes and scores, here and in the evaluator's
+        workers (cold-cache benchmarks, tests)."""
+        if self.evaluator is not None:
+            self.evaluator.clear_caches()
         self.topologies.clear()
         self._outcomes.clear()
         self._prechecks.clear()
@@ -313,12 +325,12 @@ class Extender:
             except Exception:  # noqa: BLE001 - prioritize will retry and report
                 log.exception("scoring failed on node %s", view.name)
         self._outcomes.put((policy, view.group, rid), outcome)
-        self._costs.observe(_CostModel.key(view, request), time.perf_counter() - start)
+        self._costs.observe(_CostModel.key(policy, view, request), time.perf_counter() - start)
         return outcome
 
     def _grouped(
         self, policy: str, request: Request, nodes: list[tuple[str, Mapping[str, Any] | None]],
-        deadline: float | None = None,
+        deadline: float | None = None, learn: bool = False,
     ) -> list[tuple[str, Mapping[str, Any] | None, NodeView, Outcome]]:
         """Evaluate every node once per group; uncached groups are decided inline (no budget)
         or on the evaluator until ``deadline`` (``time.monotonic()``), then provisional."""
@@ -350,52 +362,60 @@ class Extender:
             rows.append((name, obj, view, outcome))
         if not misses:
             return rows  # type: ignore[return-value]
-        resolved = self._resolve(policy, request, rid, misses, deadline)
+        resolved = self._resolve(policy, request, rid, misses, deadline, learn)
         return [(n, o, v, out if out is not None else resolved[v.group])
                 for n, o, v, out in rows]
 
     def _resolve(
         self, policy: str, request: Request, rid: int, misses: dict[object, NodeView],
-        deadline: float | None,
+        deadline: float | None, learn: bool = False,
     ) -> dict[object, Outcome]:
         # cheapest first: fewer free GPUs = smaller search (and best-fit candidates)
         order = sorted(misses.values(), key=lambda v: (-len(v.state.usage), v.name))
         out: dict[object, Outcome] = {}
-        if deadline is None or self.evaluator is None:
+        if deadline is None:
             for v in order:
                 out[v.group] = self._compute(policy, v, request, rid)
             return out
-        call = self.evaluator.new_call()
-        jobs = []
-        for i, v in enumerate(order):
-            job = self.evaluator.queued((policy, v.group, rid))
-            if job is not None and (i >= _PRIORITY_JOBS or job.started):
+        jobs: list[tuple[NodeView, Job | None]] = [(v, None) for v in order]
+        if self.evaluator is not None:
+            call = self.evaluator.new_call()
+            jobs = []
+            for i, v in enumerate(order):
+                job = self.evaluator.queued((policy, v.group, rid))
+                if job is None or (i < _PRIORITY_JOBS and not job.started):
+                    job = self.evaluator.submit(
+                        call, i, (policy, v.group, rid),
+                        (policy, self._class_json(v.topology), v.state, request),
+                        self._absorb(policy, v, request, rid), reprioritize=i < _PRIORITY_JOBS,
+                    )
                 jobs.append((v, job))
-                continue
-            job = self.evaluator.submit(
-                call, i, (policy, v.group, rid),
-                (policy, self._class_json(v.topology), v.state, request),
-                self._absorb(policy, v, request, rid), reprioritize=i < _PRIORITY_JOBS,
-            )
-            jobs.append((v, job))
-        # work sharing: this thread decides the cheapest misses itself (no IPC) while the
-        # workers take the next ones; at the deadline whatever is left is provisional
+        # This thread decides the misses its cost model says fit in the time left (no IPC);
+        # the workers, if any, take the others. At the deadline what is left is provisional.
         pending = []
+        inline = 0
         for v, job in jobs:
             if job is not None and job.done.is_set():
                 out[v.group] = self._take(policy, v, request, rid, job)
                 continue
-            est = self._costs.estimate(_CostModel.key(v, request))
-            if est is None and isinstance(v.topology, Topology) and v.topology.size <= 8:
-                est = 0.0  # small machines decide in about a millisecond: no IPC
             left = deadline - time.monotonic()
-            if est is not None and est < 0.5 * left and (
-                job is None or self.evaluator.claim(job)
+            est = self._costs.estimate(_CostModel.key(policy, v, request))
+            if est is None:
+                small = isinstance(v.topology, Topology) and v.topology.size <= 8
+                if small:
+                    est = 0.0  # small machines decide in about a millisecond
+                elif self.evaluator is None and learn and (
+                    inline == 0 or left > 0.5 * (self.budget_s or 0.0)
+                ):
+                    est = 0.0  # without workers filter learns unknown shapes while time is ample
+            if left > 0 and est is not None and est < 0.5 * left and (
+                job is None or self.evaluator is None or self.evaluator.claim(job)
             ):
+                inline += 1
                 try:
                     outcome = self._compute(policy, v, request, rid)
                 finally:
-                    if job is not None:
+                    if job is not None and self.evaluator is not None:
                         self.evaluator.complete(job, self._outcomes.get((policy, v.group, rid)))
                 out[v.group] = outcome
             else:
@@ -413,7 +433,10 @@ class Extender:
         return out
 
     def _take(self, policy: str, v: NodeView, request: Request, rid: int, job: Job) -> Outcome:
-        """The outcome of a finished job (decided here if the worker failed)."""
+        """The outcome of a finished job (decided here if the worker failed; provisional if
+        the job was dropped unrun)."""
+        if isinstance(job.error, Dropped):
+            return _PROVISIONAL
         if job.error is not None or not isinstance(job.result, Outcome):
             return self._compute(policy, v, request, rid)
         if job.result.reason.startswith(_BAD_REQUEST):
@@ -436,7 +459,7 @@ class Extender:
 
         def absorb(result: Any) -> Outcome:
             kind = result[0]
-            self._costs.observe(_CostModel.key(view, request), result[-1])
+            self._costs.observe(_CostModel.key(policy, view, request), result[-1])
             if kind == "ok":
                 outcome = Outcome(result[1])
                 if result[2] is not None:
@@ -495,7 +518,7 @@ class Extender:
         start = time.monotonic()
         deadline = start + self.budget_s if self.budget_s is not None else None
         try:
-            rows = self._grouped(policy, preq.request, nodes, deadline)
+            rows = self._grouped(policy, preq.request, nodes, deadline, learn=True)
         except PodError as exc:
             return _filter_result(by_objects, [], {}, {}, f"pod {_pod_label(args.Pod)}: {exc}")
         if ref.uid and self.budget_s is not None:
@@ -523,8 +546,7 @@ class Extender:
             nodes = self._candidates(args)
         except PodError as exc:
             log.warning("prioritize: %s; scoring 0", exc)
-            nodes = self._candidates_lenient(args)
-            return [{"Host": n, "Score": 0} for n in nodes]
+            return [{"Host": n, "Score": 0} for n in self._candidates_lenient(args)]
         if preq is None:
             return [{"Host": name, "Score": 0} for name, _ in nodes]
         policy = preq.policy or self.policy
@@ -622,7 +644,11 @@ class Extender:
                     view = NodeView.of(node, self._seen_topology[node], view.state,
                                    view.state_key, view.state_id)
             try:
+                started = time.perf_counter()
                 outcome = self.evaluate(policy, view, preq.request)
+                self._costs.observe(
+                    _CostModel.key(policy, view, preq.request), time.perf_counter() - started
+                )
             except PodError as exc:
                 return self._bind_error(pod, node, str(exc), "bad-pod")
             decision = outcome.decision

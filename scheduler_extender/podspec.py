@@ -51,6 +51,10 @@ from topology.policies.registry import UnknownPolicy, get_policy
 _RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
 
 
+#: Most GPUs a node can have (the topology annotation schema's limit).
+MAX_GPUS = 256
+
+
 class PodSpecError(ValueError):
     """The pod's gputopo resources or annotations are invalid; ``str(exc)`` says why."""
 
@@ -241,6 +245,12 @@ def request_from_pod(
         raise PodSpecError(
             f"{RESOURCE_VGPU_CORE}: {core} is more than one GPU ({FULL_CORE}); "
             f"ask for whole GPUs with {RESOURCE_GPU} instead"
+        )
+    if gpus > MAX_GPUS:
+        # no node has that many (the topology schema's limit); refuse before building
+        # pattern graphs of that size
+        raise PodSpecError(
+            f"{RESOURCE_GPU}: {gpus} GPUs asked; no node has more than {MAX_GPUS}"
         )
     sensitive = _bool_annotation(ann, ANN_BW_SENSITIVE)
     pattern = None

@@ -60,6 +60,9 @@ class ExtenderSettings(BaseSettings):
             decisions that are not cached yet, milliseconds; decisions still running then
             are answered provisionally (filter: pass on capacity; prioritize: 0) and cached
             when done. 0 = no budget (always exact; latency grows with cluster size).
+        eval_workers: worker processes that finish over-budget decisions in the background
+            (None = CPUs − 2, at most 4; 0 = none: the request thread decides what fits its
+            budget and leaves the rest provisional until a later call has time).
     """
 
     model_config = SettingsConfigDict(
@@ -76,6 +79,7 @@ class ExtenderSettings(BaseSettings):
     nodes: str = "dgx1-v100:4"
     kubeconfig: Path | None = None
     eval_budget_ms: float = Field(default=20.0, ge=0, le=60_000)
+    eval_workers: int | None = Field(default=None, ge=0, le=64)
 
     @field_validator("log_level", "state", mode="before")
     @classmethod

@@ -566,13 +566,14 @@ class MemoryState:
         """The pod ended: free its GPUs and forget its binding. Returns whether it existed."""
         with self._lock:
             rec = self._bound.pop(f"{namespace}/{name}", None)
-        freed = False
         if rec is not None:
-            freed = self.book.remove(rec.pod.key) is not None
+            self.book.remove(rec.pod.key)
+            return True
+        freed = False  # reserved but never bound (a bind in flight): find it by name
         for a in self.book.all():
             if a.pod.namespace == namespace and a.pod.name == name:
                 freed = self.book.remove(a.pod.key) is not None or freed
-        return rec is not None or freed
+        return freed
 
     def bound_pod(self, namespace: str, name: str) -> BoundPod | None:
         """The binding record of a pod (node and annotations written), if bound."""

@@ -93,6 +93,8 @@ def test_unknown_verb_and_wrong_method(
     ({"gputopo.io/bandwidth-sensitive": "yes"}, None, "must be \"true\" or \"false\""),
     ({"gputopo.io/policy": "fastest"}, None, "unknown policy 'fastest'"),
     ({}, {"limits": {"nvidia.com/gpu": "500Mi"}}, "no node has more than 256"),
+    ({"gputopo.io/pattern": "ring"}, {"limits": {"nvidia.com/gpu": "100000000"}},
+     "no node has more than 256"),
     ({}, {"limits": {"nvidia.com/gpu": "500m"}}, "not a whole number"),
     ({}, {"limits": {"nvidia.com/gpu": "1.5"}}, "not a whole number"),
     ({}, {"limits": {"nvidia.com/gpu": "2", "gputopo.io/vgpu-core": "50"}}, "one kind"),

@@ -10,6 +10,7 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
+from scheduler_extender import contract
 from scheduler_extender.app import create_app
 from scheduler_extender.contract import parse_assignment
 from scheduler_extender.demo import http_client, serve
@@ -117,6 +118,8 @@ def test_race_over_real_http() -> None:
 
 
 NODES = {"a0": "dgx1-v100", "a1": "dgx1-v100", "b0": "gaia-4gpu"}
+#: MiB per vgpu-memory unit (the contract's, once it defines one).
+MEMORY_UNIT_MIB: int = getattr(contract, "DEFAULT_VGPU_MEMORY_UNIT_MIB", 1)
 
 pod_requests = st.one_of(
     st.tuples(st.just("whole"), st.integers(1, 8)),
@@ -127,7 +130,8 @@ pod_requests = st.one_of(
 def _pod_for(name: str, spec: tuple[Any, ...]) -> dict[str, Any]:
     if spec[0] == "whole":
         return gpu_pod(name, spec[1])
-    limits = {"gputopo.io/vgpu-core": str(spec[1]), "gputopo.io/vgpu-memory": str(spec[2])}
+    units = spec[2] // MEMORY_UNIT_MIB  # vgpu-memory counts the contract's units
+    limits = {"gputopo.io/vgpu-core": str(spec[1]), "gputopo.io/vgpu-memory": str(units)}
     return gpu_pod(name, resources={"limits": limits})
 
 

@@ -20,13 +20,19 @@ BIG = "mapa-cubemesh-16" if "mapa-cubemesh-16" in catalog.names() else "dgx1-v10
 NODES = [f"big-{i}" for i in range(6)]
 
 
-@pytest.fixture
-def budgeted() -> Iterator[tuple[Extender, MemoryState]]:
+def cluster() -> MemoryState:
     state = MemoryState({n: catalog.get(BIG) for n in NODES})
-    # different busy GPUs per node: six groups, none cached
+    # different unusable GPUs per node: six groups, none cached
     for i, n in enumerate(NODES):
         state.book.set_unhealthy(n, range(i))
-    ext = Extender(state, POLICY, Metrics(), budget_ms=0.001)  # nothing is ever on time
+    return state
+
+
+@pytest.fixture(params=[0, 1], ids=["inline", "worker"])
+def budgeted(request: pytest.FixtureRequest) -> Iterator[tuple[Extender, MemoryState]]:
+    state = cluster()
+    # nothing is ever on time
+    ext = Extender(state, POLICY, Metrics(), budget_ms=0.001, workers=request.param)
     yield ext, state
     ext.close()
 
@@ -42,6 +48,8 @@ def wait_idle(ext: Extender) -> None:
 
 def test_provisional_then_exact(budgeted: tuple[Extender, MemoryState]) -> None:
     ext, state = budgeted
+    if ext.evaluator is None:
+        pytest.skip("only workers finish decisions after the deadline")
     pod = gpu_pod("p", 3, annotations={"gputopo.io/pattern": "ring"})
     args = ExtenderArgs.model_validate(names_args(pod, [*NODES, "ghost"]))
     first = ext.filter(args)
@@ -58,6 +66,22 @@ def test_provisional_then_exact(budgeted: tuple[Extender, MemoryState]) -> None:
     reference = exact.prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
     assert later == reference
     assert any(p["Score"] > 0 for p in later)
+
+
+def test_provisional_without_workers_and_exact_with_time() -> None:
+    state = cluster()
+    pod = gpu_pod("p", 3, annotations={"gputopo.io/pattern": "ring"})
+    hurried = Extender(state, POLICY, Metrics(), budget_ms=0.001, workers=0)
+    assert hurried.filter(ExtenderArgs.model_validate(names_args(pod, NODES)))["NodeNames"] == NODES
+    prios = hurried.prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    assert [p["Score"] for p in prios] == [0] * len(NODES)  # all provisional
+    assert hurried.metrics is not None and hurried.metrics.provisional._value.get() > 0
+    # with time to spare the same inline path is exact
+    patient = Extender(state, POLICY, Metrics(), budget_ms=60_000, workers=0)
+    patient.filter(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    got = patient.prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    want = Extender(state, POLICY).prioritize(ExtenderArgs.model_validate(names_args(pod, NODES)))
+    assert got == want and any(p["Score"] > 0 for p in got)
 
 
 def test_capacity_failures_are_exact_even_without_budget(
