@@ -25,8 +25,10 @@ class Runtime:
     metrics: Metrics
 
 
-def get_runtime(request: Request) -> Runtime:
-    """The app's :class:`Runtime` (set by :func:`scheduler_extender.app.create_app`)."""
+async def get_runtime(request: Request) -> Runtime:
+    """The app's :class:`Runtime` (set by :func:`scheduler_extender.app.create_app`).
+    Async on purpose: FastAPI runs sync dependencies in the thread pool, a thread hop per
+    request."""
     return request.app.state.runtime  # type: ignore[no-any-return]
 
 

@@ -10,13 +10,13 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> Response:
+async def healthz() -> Response:
     """Always 200 while the process serves HTTP."""
     return json_response({"status": "ok"})
 
 
 @router.get("/readyz")
-def readyz(rt: RuntimeDep) -> Response:
+async def readyz(rt: RuntimeDep) -> Response:
     """200 once the cluster state is synced, else 503 with the reason."""
     if rt.extender.state.ready():
         return json_response({"status": "ready"})

@@ -10,7 +10,7 @@ router = APIRouter(tags=["metrics"])
 
 
 @router.get("/metrics")
-def metrics(rt: RuntimeDep) -> Response:
+async def metrics(rt: RuntimeDep) -> Response:
     """Request counts and latency per verb, bind errors, decisions per policy."""
     body, content_type = rt.metrics.render()
     return Response(content=body, media_type=content_type)
