@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -109,3 +110,49 @@ def test_bind_is_always_exact(budgeted: tuple[Extender, MemoryState]) -> None:
     held = state.allocations()
     assert len(held) == 1 and len(held[0].gpus) == 2
     assert state.node_state(NODES[0]) != NodeState()
+
+
+_CHILD = """
+import sys, time
+from scheduler_extender.extender import Extender
+from scheduler_extender.state import MemoryState
+ext = Extender(MemoryState.from_spec("dgx1-v100:1"), "baseline", budget_ms=5, workers=1)
+ext.evaluator.start()
+deadline = time.monotonic() + 60
+while not ext.evaluator._pool._processes and time.monotonic() < deadline:
+    time.sleep(0.05)
+print(" ".join(str(p) for p in ext.evaluator._pool._processes), flush=True)
+time.sleep(600)
+"""
+
+
+def test_workers_exit_when_the_extender_is_killed() -> None:
+    """A SIGKILLed extender must not leave its worker processes behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdout=subprocess.PIPE, text=True,
+                            cwd=str(Path(__file__).resolve().parents[2]))
+    try:
+        assert proc.stdout is not None
+        workers = [int(p) for p in proc.stdout.readline().split()]
+        assert workers
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:  # a zombie is gone for our purpose
+            return f.read().split()[2] != "Z"
+
+    deadline = time.monotonic() + 20
+    while any(alive(p) for p in workers):
+        if time.monotonic() > deadline:
+            pytest.fail(f"worker processes {workers} outlived their killed parent")
+        time.sleep(0.1)
