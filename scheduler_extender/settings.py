@@ -59,7 +59,9 @@ class ExtenderSettings(BaseSettings):
         eval_budget_ms: how long one pod's filter + prioritize may wait for placement
             decisions that are not cached yet, milliseconds; decisions still running then
             are answered provisionally (filter: pass on capacity; prioritize: 0) and cached
-            when done. 0 = no budget (always exact; latency grows with cluster size).
+            when done. 0 (the default) = no budget: every answer is exact, and latency grows
+            with the number of distinct node states. A budget (e.g. 20) bounds latency on
+            very large clusters at the price of provisional scores for unseen states.
         eval_workers: worker processes that finish over-budget decisions in the background
             (None = CPUs − 2, at most 4; 0 = none: the request thread decides what fits its
             budget and leaves the rest provisional until a later call has time).
@@ -78,7 +80,7 @@ class ExtenderSettings(BaseSettings):
     state: Literal["memory", "kubernetes"] = "kubernetes"
     nodes: str = "dgx1-v100:4"
     kubeconfig: Path | None = None
-    eval_budget_ms: float = Field(default=20.0, ge=0, le=60_000)
+    eval_budget_ms: float = Field(default=0.0, ge=0, le=60_000)
     eval_workers: int | None = Field(default=None, ge=0, le=64)
 
     @field_validator("log_level", "state", mode="before")
