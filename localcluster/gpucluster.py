@@ -21,11 +21,9 @@ Pieces:
   (:func:`localcluster.chart.render_scheduler_config`) with leader election off.
 * :class:`GpuPod`: a GPU pod for ``gputopo-scheduler`` (whole GPUs or a share).
 
-kwok nodes are given 1 MiB vGPU-memory units by default (:data:`KWOK_VGPU_MEMORY_UNIT_MIB`), so
-``gputopo.io/vgpu-memory`` quantities mean MiB both as the extender reads them (MiB,
-``scheduler_extender.podspec``) and as the device plugin counts them (units × the node's
-``gputopo.io/vgpu-memory-unit-mib``). The two readings differ at the plugin's default of
-256 MiB.
+kwok nodes count ``gputopo.io/vgpu-memory`` in the contract's units
+(:data:`scheduler_extender.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`, 256 MiB), as the device
+plugin and the extender do; :class:`GpuPod` takes MiB and writes units.
 """
 
 from __future__ import annotations
@@ -56,6 +54,7 @@ from scheduler_extender.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
     ANN_POLICY,
+    DEFAULT_VGPU_MEMORY_UNIT_MIB,
     RESOURCE_GPU,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
@@ -73,7 +72,7 @@ from topology.policies.base import FULL_CORE, GPUUsage, NodeState
 SCHEDULER_NAME = "gputopo-scheduler"
 """The profile name of the chart's KubeSchedulerConfiguration (pods set it as schedulerName)."""
 
-KWOK_VGPU_MEMORY_UNIT_MIB = 1
+KWOK_VGPU_MEMORY_UNIT_MIB = DEFAULT_VGPU_MEMORY_UNIT_MIB
 """MiB per ``gputopo.io/vgpu-memory`` unit on kwok GPU nodes (see the module docstring)."""
 
 DEFAULT_NAMESPACE = "default"
@@ -295,8 +294,8 @@ class GpuPod:
         name: pod name.
         gpus: ``nvidia.com/gpu``.
         core_percent: ``gputopo.io/vgpu-core``.
-        memory_mib: ``gputopo.io/vgpu-memory`` quantity (MiB on kwok nodes, see the module
-            docstring).
+        memory_mib: GPU memory of a share, MiB; written as ``gputopo.io/vgpu-memory`` units
+            of 256 MiB, rounded up.
         pattern: ``gputopo.io/pattern`` annotation (None: not set).
         sensitive: ``gputopo.io/bandwidth-sensitive`` annotation (None: not set).
         policy: ``gputopo.io/policy`` annotation (None: not set).
@@ -343,7 +342,8 @@ class GpuPod:
         if self.core_percent:
             out[RESOURCE_VGPU_CORE] = str(self.core_percent)
         if self.memory_mib:
-            out[RESOURCE_VGPU_MEMORY] = str(self.memory_mib)
+            units = -(-self.memory_mib // KWOK_VGPU_MEMORY_UNIT_MIB)
+            out[RESOURCE_VGPU_MEMORY] = str(units)
         return out
 
     def manifest(

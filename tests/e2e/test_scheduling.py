@@ -306,20 +306,15 @@ def test_extender_restart_mid_stream_double_books_nothing(cluster: GpuCluster) -
 
 
 # ---------------------------------------------------------------------------- quantities
-@pytest.mark.xfail(
-    strict=True,
-    reason="kube-scheduler sends quantities in canonical form (8000 -> '8k'); the extender's "
-    "podspec accepts only plain integers and rejects the pod",
-)
-def test_share_with_a_round_memory_quantity_is_scheduled(cluster: GpuCluster) -> None:
-    cluster.create_pod(GpuPod("share-8000", core_percent=25, memory_mib=8000))
-    wait_until(
-        lambda: pod_node(cluster.pods_by_name(["share-8000"])["share-8000"])
-        or cluster.scheduling_events("share-8000"),
-        WAIT_S, "share-8000 bound or refused",
-    )  # fmt: skip
-    pod = cluster.pods_by_name(["share-8000"])["share-8000"]
-    assert pod_node(pod) is not None, cluster.scheduling_events("share-8000")
+def test_round_memory_quantity_is_read_not_rejected(cluster: GpuCluster) -> None:
+    """The API server canonicalises 1000 to "1k": the extender reads it as 1000 units
+    (256,000 MiB) and explains that no GPU has that much, instead of failing to parse."""
+    cluster.create_pod(GpuPod("share-1k", core_percent=25, memory_mib=1000 * 256))
+    events = wait_until(lambda: cluster.scheduling_events("share-1k"), WAIT_S,
+                        "share-1k refused")
+    text = " ".join(events)
+    assert "256000 MiB" in text, text
+    assert "quantity" not in text, text
 
 
 # ---------------------------------------------------------------------------- device plugin
@@ -428,17 +423,11 @@ def test_device_plugin_allocate_returns_what_the_scheduler_annotated(
             kubelet.forget_pod(cluster.namespace, p.name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the device plugin counts gputopo.io/vgpu-memory in units of the node's "
-    "gputopo.io/vgpu-memory-unit-mib (256 MiB); the extender reads the quantity as MiB, "
-    "so it grants 16 MiB for 16 units and the plugin refuses the grant at Allocate",
-)
 def test_device_plugin_allocates_a_share_in_memory_units(
     cluster: GpuCluster, plugin_node: PluginNode
 ) -> None:
     units = 16  # 4 GiB at 256 MiB per unit (docs/device-plugin.md)
-    pod = dp_pod("dp-share", core_percent=50, memory_mib=units)
+    pod = dp_pod("dp-share", core_percent=50, memory_mib=units * DP_UNIT_MIB)
     cluster.create_pod(pod)
     bound = cluster.wait_bound([pod.name], WAIT_S)[pod.name]
     kubelet = plugin_node.kubelet
