@@ -25,6 +25,8 @@ Annotations (all optional):
 * ``gputopo.io/bandwidth-sensitive`` — ``true`` / ``false`` (any case); default: true for
   multi-GPU pods.
 * ``gputopo.io/policy`` — a registered policy name; default: the extender's.
+* ``gputopo.io/min-utility`` — a number in [0, 1]: with ``topo-aware-p`` the pod stays
+  Pending while the best placement's utility is below it (Amaral et al. SC'17 §4).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import Any
 
 from scheduler_extender.contract import (
     ANN_BW_SENSITIVE,
+    ANN_MIN_UTILITY,
     ANN_PATTERN,
     ANN_POLICY,
     DEFAULT_VGPU_MEMORY_UNIT_MIB,
@@ -253,6 +256,17 @@ def request_from_pod(
             f"{RESOURCE_GPU}: {gpus} GPUs asked; no node has more than {MAX_GPUS}"
         )
     sensitive = _bool_annotation(ann, ANN_BW_SENSITIVE)
+    min_utility = None
+    if ANN_MIN_UTILITY in ann:
+        raw = ann[ANN_MIN_UTILITY]
+        try:
+            min_utility = float(raw)
+        except (TypeError, ValueError):
+            raise PodSpecError(
+                f"annotation {ANN_MIN_UTILITY}={raw!r} is not a number in [0, 1]"
+            ) from None
+        if not 0.0 <= min_utility <= 1.0:
+            raise PodSpecError(f"annotation {ANN_MIN_UTILITY}={raw!r} is not in [0, 1]")
     pattern = None
     if ANN_PATTERN in ann:
         text = ann[ANN_PATTERN]
@@ -265,12 +279,18 @@ def request_from_pod(
             raise PodSpecError(f"annotation {ANN_PATTERN}: {exc}") from None
     try:
         if gpus:
-            return Request(count=gpus, pattern=pattern, bandwidth_sensitive=sensitive)
+            return Request(
+                count=gpus,
+                pattern=pattern,
+                bandwidth_sensitive=sensitive,
+                min_utility=min_utility,
+            )
         return Request(
             count=0,
             core_percent=core,
             memory_mib=mem * memory_unit_mib,
             bandwidth_sensitive=sensitive,
+            min_utility=min_utility,
         )
     except RequestError as exc:
         raise PodSpecError(str(exc)) from None

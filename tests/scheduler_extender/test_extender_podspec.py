@@ -105,6 +105,8 @@ def test_pass_through() -> None:
     (pod([c({CORE: "50"})], annotations={"gputopo.io/pattern": "0-1"}), "names GPU 1"),
     (pod([c({GPU: "2"})], annotations={"gputopo.io/bandwidth-sensitive": "1"}), "\"true\""),
     (pod([c({GPU: "2"})], annotations={"gputopo.io/policy": "nope"}), "unknown policy"),
+    (pod([c({GPU: "2"})], annotations={"gputopo.io/min-utility": "high"}), "not a number"),
+    (pod([c({GPU: "2"})], annotations={"gputopo.io/min-utility": "1.5"}), "not in [0, 1]"),
     ({"metadata": {"name": "p"}}, "no spec"),
     ({"metadata": {"name": "p"}, "spec": {"containers": "x"}}, "not a list"),
     (pod([{"name": "c", "resources": {"limits": ["x"]}}]), "not an object"),
@@ -114,3 +116,8 @@ def test_errors(p: dict[str, Any], needle: str) -> None:
         parse_pod(p)
     assert needle in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_min_utility_annotation_reaches_the_request() -> None:
+    r = request_from_pod(pod([c({GPU: "2"})], annotations={"gputopo.io/min-utility": "0.6"}))
+    assert r is not None and r.min_utility == 0.6
