@@ -39,13 +39,14 @@ from scheduler_extender.state import (
     Allocation,
     AllocationBook,
     BindError,
+    BookedViews,
     NodeTopologyError,
     NodeView,
     PodRef,
     TopologyCache,
 )
 from topology.model import Topology
-from topology.policies.base import Decision, NodeState
+from topology.policies.base import Decision
 
 log = logging.getLogger("gputopo.extender.kubernetes")
 
@@ -118,7 +119,7 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
-class KubernetesState:
+class KubernetesState(BookedViews):
     """Cluster state kept in sync with the API by list + watch (thread-safe).
 
     Args:
@@ -280,20 +281,6 @@ class KubernetesState:
             return NodeTopologyError("node has no gputopo.io/topology annotation")
         return self.topologies.get(text)
 
-    def node_state(self, name: str) -> NodeState:
-        """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
-        return self.book.state(name)[0]
-
-    def node_view(self, name: str) -> NodeView:
-        """Topology and state of ``name`` (cached until either changes)."""
-        view = self._views.get(name)
-        if view is not None:
-            return view
-        with self.book.lock:
-            state, key, sid = self.book.state(name)
-            view = NodeView.of(name, self.node_topology(name), state, key, sid)
-            self._views[name] = view
-        return view
 
     # ------------------------------------------------------------------ pods
     def resync_pods(self) -> None:

@@ -471,7 +471,34 @@ class BoundPod:
     decision: Decision | None = None
 
 
-class MemoryState:
+class BookedViews:
+    """Node state and cached node views from an :class:`AllocationBook`, shared by the
+    state backends. Subclasses set ``book`` and ``_views`` and define ``node_topology``;
+    the book's ``on_change`` drops a node's view when its allocations change."""
+
+    book: AllocationBook
+    _views: dict[str, NodeView]
+
+    def node_topology(self, name: str) -> Topology | NodeTopologyError:  # pragma: no cover
+        raise NotImplementedError
+
+    def node_state(self, name: str) -> NodeState:
+        """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
+        return self.book.state(name)[0]
+
+    def node_view(self, name: str) -> NodeView:
+        """Topology and state of ``name`` (cached until either changes)."""
+        view = self._views.get(name)
+        if view is not None:
+            return view
+        with self.book.lock:
+            state, key, sid = self.book.state(name)
+            view = NodeView.of(name, self.node_topology(name), state, key, sid)
+            self._views[name] = view
+        return view
+
+
+class MemoryState(BookedViews):
     """In-memory cluster: fixed nodes, allocations and bindings kept in this process.
 
     Args:
@@ -519,20 +546,6 @@ class MemoryState:
             return NodeTopologyError("node has no gputopo.io/topology annotation")
         return topo
 
-    def node_state(self, name: str) -> NodeState:
-        """Used GPUs of ``name``."""
-        return self.book.state(name)[0]
-
-    def node_view(self, name: str) -> NodeView:
-        """Topology and state of ``name`` (cached until the node's allocations change)."""
-        view = self._views.get(name)
-        if view is not None:
-            return view
-        with self.book.lock:
-            state, key, sid = self.book.state(name)
-            view = NodeView.of(name, self.node_topology(name), state, key, sid)
-            self._views[name] = view
-        return view
 
     def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:
         """Mark GPUs of ``node`` unhealthy (never handed out)."""
