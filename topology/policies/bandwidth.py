@@ -42,6 +42,9 @@ def effbw_mapa(x: int, y: int, z: int) -> float:
         y: single-NVLink edges.
         z: PCIe edges.
 
+    The formula is elementwise, so numpy arrays of counts work too (the matching search
+    scores thousands of matches at once with this same function).
+
     Returns:
         θ1x + θ2y + θ3z + θ4/(x+1) + θ5/(y+1) + θ6/(z+1) + θ7xy + θ8yz + θ9zx
         + θ10/(xy+1) + θ11/(yz+1) + θ12/(zx+1) + θ13xyz + θ14/(xyz+1), exactly as published

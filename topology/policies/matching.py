@@ -39,7 +39,7 @@ from topology.policies.bandwidth import (
     GPUTOPO_BETA,
     GPUTOPO_P,
     GPUTOPO_SCALE,
-    MAPA_THETA,
+    effbw_mapa,
     link_class,
 )
 
@@ -119,17 +119,6 @@ def _arrangements_and_perms(
     return arr, perms
 
 
-def _eq2(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
-    t = MAPA_THETA
-    return (
-        t[0] * x + t[1] * y + t[2] * z
-        + t[3] / (x + 1) + t[4] / (y + 1) + t[5] / (z + 1)
-        + t[6] * x * y + t[7] * y * z + t[8] * z * x
-        + t[9] / (x * y + 1) + t[10] / (y * z + 1) + t[11] / (z * x + 1)
-        + t[12] * x * y * z + t[13] / (x * y * z + 1)
-    )  # fmt: skip
-
-
 @lru_cache(maxsize=64)
 def _matrices(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
     n = topology.size
@@ -158,7 +147,7 @@ def _scores(
     x = (ec == 0).sum(axis=2).astype(np.float64)
     y = (ec == 1).sum(axis=2).astype(np.float64)
     z = (ec == 2).sum(axis=2).astype(np.float64)
-    eq2 = _eq2(x, y, z)
+    eq2: np.ndarray = effbw_mapa(x, y, z)  # type: ignore[arg-type,assignment]  # elementwise
     pm = (np.power(ew, GPUTOPO_P).sum(axis=2) / m) ** (1.0 / GPUTOPO_P)
     gt = GPUTOPO_SCALE * (m**GPUTOPO_BETA) * pm
     return agg, eq2, gt
