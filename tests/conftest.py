@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from localcluster import Binaries, BinariesUnavailable, find_binaries
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -16,3 +19,13 @@ settings.register_profile(
 settings.register_profile("dev", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(scope="module")
+def binaries() -> Binaries:
+    """The control-plane binaries (built on first use); the test is skipped, with the reason,
+    only when they cannot be had (``GPUTOPO_SKIP_E2E`` set, or no Go toolchain)."""
+    try:
+        return find_binaries()
+    except BinariesUnavailable as exc:
+        pytest.skip(f"control-plane binaries unavailable: {exc}")

@@ -18,7 +18,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from localcluster import Binaries, BinariesUnavailable, ControlPlane, find_binaries
+from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
 from tests.deploy.helpers import FAKE_VALUES, Obj, TlsMaterial, make_tls, tls_values
 
@@ -27,14 +27,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 REPO = Path(__file__).resolve().parents[2]
 NS = DEFAULT_NAMESPACE
 RESTRICTED_NS = "psa-restricted"
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
 
 
 @pytest.fixture(scope="module")

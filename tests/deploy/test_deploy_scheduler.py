@@ -30,7 +30,7 @@ import yaml
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from localcluster import Binaries, BinariesUnavailable, ControlPlane, find_binaries
+from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_scheduler_config
 from localcluster.controlplane import wait_until
 from tests.deploy.helpers import (
@@ -125,14 +125,6 @@ class StubExtender:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
 
 
 @pytest.fixture(scope="module", params=["http", "https"])

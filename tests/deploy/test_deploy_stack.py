@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from localcluster import Binaries, BinariesUnavailable, ControlPlane, find_binaries
+from localcluster import Binaries, ControlPlane
 from localcluster.chart import render_manifests, render_scheduler_config
 from localcluster.controlplane import free_port, wait_until
 from scheduler_extender.contract import ANN_GPU_INDICES, ANN_NODE, ANN_PATTERN, parse_assignment
@@ -45,14 +45,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 WAIT_S = 60.0
 # The NVLink-connected quartets of a DGX-1 V100 (hybrid cube-mesh): each a 4-GPU ring of NVLinks.
 DGX1_QUARTETS = ({0, 1, 2, 3}, {4, 5, 6, 7})
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
 
 
 def _gputopo_exe() -> Path:

@@ -16,9 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from localcluster import (
     DEFAULT_SCHEDULER_CONFIG,
     Binaries,
-    BinariesUnavailable,
     ControlPlane,
-    find_binaries,
 )
 from localcluster.controlplane import wait_until
 
@@ -28,14 +26,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 NAMESPACE = "default"
 NODE = "kwok-gpu-0"
 WAIT_S = 90.0
-
-
-@pytest.fixture(scope="module")
-def binaries() -> Binaries:
-    try:
-        return find_binaries()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
 
 
 def _as_dict(obj: object) -> dict[str, Any]:
