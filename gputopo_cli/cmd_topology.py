@@ -56,9 +56,8 @@ def register(app: typer.Typer) -> None:
         output: Annotated[str, typer.Option("--output", "-o", help="table | json (json = exactly the gputopo.io/topology annotation)")] = "table",
     ) -> None:
         """Print the model and the Gaia access-cost tree (or the annotation JSON)."""
-        from topology.sources import load_topology
-
         from topology.serialization import dumps
+        from topology.sources import load_topology
 
         if output not in ("json", "table"):
             fail(f"--output must be json or table, got {output!r}")
