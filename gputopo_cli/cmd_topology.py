@@ -24,13 +24,7 @@ def render_model(topo: Topology) -> str:
         head,
     ]
     for i in range(n):
-        cells = []
-        for j in range(n):
-            if i == j:
-                cells.append("X")
-            else:
-                lk = topo.links[i][j]
-                cells.append(f"NV{lk.nvlinks}" if lk.nvlinks else lk.pcie.name)
+        cells = ["X" if i == j else topo.links[i][j].label for j in range(n)]
         g = topo.gpus[i]
         numa = "-" if g.numa_node is None else str(g.numa_node)
         lines.append(

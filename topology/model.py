@@ -139,6 +139,12 @@ class Link:
     pcie: PCIeLevel
     nvswitch: bool = False
 
+    @property
+    def label(self) -> str:
+        """How ``nvidia-smi topo -m`` prints the pair: ``NV#`` when NVLinked, else the PCIe
+        level (``PIX`` … ``SYS``)."""
+        return f"NV{self.nvlinks}" if self.nvlinks else self.pcie.name
+
 
 def format_cpu_list(cpus: Iterable[int]) -> str:
     """Format CPUs as a Linux cpulist, e.g. ``{0,1,2,3,8}`` → ``"0-3,8"``; empty → ``""``."""

@@ -409,13 +409,7 @@ def render_topo_matrix(topology: Topology) -> str:
     columns = [f"GPU{j}" for j in range(n)] + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
     out = ["\t" + "\t".join(columns)]
     for i in range(n):
-        cells = []
-        for j in range(n):
-            if i == j:
-                cells.append(" X ")
-            else:
-                link = topology.links[i][j]
-                cells.append(f"NV{link.nvlinks}" if link.nvlinks else link.pcie.name)
+        cells = [" X " if i == j else topology.links[i][j].label for j in range(n)]
         gpu = topology.gpus[i]
         cpu = format_cpu_list(gpu.cpu_affinity) or "N/A"
         numa = "N/A" if gpu.numa_node is None else str(gpu.numa_node)
