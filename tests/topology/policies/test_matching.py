@@ -12,7 +12,13 @@ from topology.model import Topology
 from topology.patterns import Pattern, all_to_all, pair, ring, tree
 from topology.policies.bandwidth import aggregated_bandwidth, preserved_bandwidth
 from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
-from topology.policies.matching import arrangements, networkx_matches, search
+from topology.policies.matching import (
+    Match,
+    arrangements,
+    networkx_matches,
+    search,
+    subset_table,
+)
 
 DGX = catalog.get("dgx1-v100")
 
@@ -71,3 +77,64 @@ def test_pruned_search_on_16_gpus_is_labelled_and_valid() -> None:
     assert not r.exact
     assert len(set(r.best.mapping)) == 8
     assert r.runner_up is not None and r.runner_up.gpus != r.best.gpus
+
+
+# ---------------------------------------------------------------------------- subset tables
+_TABLE_MACHINES = ["dgx1-v100", "mapa-cubemesh-16", "mapa-torus-16", "summit", "dgx-a100"]
+_OBJECTIVE_PAIRS = [
+    ("effbw-gputopo", "preserved"), ("preserved", "effbw-gputopo"), ("effbw-mapa", None),
+    ("preserved", None), ("aggbw", None),
+]
+
+
+def _same_match(a: Match | None, b: Match | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    close = all(
+        getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-12, abs=1e-9)
+        for f in ("aggbw", "effbw_mapa", "effbw_gputopo", "preserved")
+    )
+    return a.mapping == b.mapping and close
+
+
+@given(st.data())
+def test_table_search_equals_enumeration_wherever_that_is_exact(data: st.DataObject) -> None:
+    """The per-class subset table gives the very best match and runner-up the per-decision
+    enumeration gives (same arrangement, same tie-breaks), on 8- and 16-GPU machines."""
+    topo = catalog.get(data.draw(st.sampled_from(_TABLE_MACHINES)))
+    k = data.draw(st.integers(1, 5))
+    pattern = data.draw(st.sampled_from([ring(k), tree(k), all_to_all(k), pair(k)]))
+    objective, secondary = data.draw(st.sampled_from(_OBJECTIVE_PAIRS))
+    free = sorted(data.draw(st.sets(st.integers(0, topo.size - 1), min_size=k)))
+    enumerated = search(topo, free, pattern, objective, secondary, table=False)  # type: ignore[arg-type]
+    if not enumerated.exact:
+        return
+    tabled = search(topo, free, pattern, objective, secondary)  # type: ignore[arg-type]
+    assert tabled.exact
+    assert tabled.subsets_scored == enumerated.subsets_scored
+    assert _same_match(tabled.best, enumerated.best)
+    assert _same_match(tabled.runner_up, enumerated.runner_up)
+
+
+def test_table_makes_a_6_gpu_ring_on_16_gpus_exact() -> None:
+    """C(16,6)·60 arrangements exceed the per-decision budget (the enumeration prunes) but fit
+    the table: the answer is exact and as good as the exhaustive enumeration."""
+    topo = catalog.get("mapa-torus-16")
+    free = list(range(16))
+    pruned = search(topo, free, ring(6), "effbw-gputopo", "preserved", table=False)
+    assert not pruned.exact
+    tabled = search(topo, free, ring(6), "effbw-gputopo", "preserved")
+    full = search(topo, free, ring(6), "effbw-gputopo", "preserved", table=False,
+                  budget=10**9)
+    assert tabled.exact and full.exact
+    assert _same_match(tabled.best, full.best)
+
+
+def test_subset_table_is_shared_by_every_node_of_a_class() -> None:
+    from dataclasses import replace
+
+    twin = replace(DGX, name="twin", gpus=tuple(
+        replace(g, uuid=g.uuid.replace("GPU-", "GPU-1")) for g in DGX.gpus))
+    assert subset_table(DGX, ring(4), "effbw-gputopo", "preserved") is subset_table(
+        twin, ring(4), "effbw-gputopo", "preserved")
+    assert subset_table(catalog.get("mapa-torus-16"), ring(8), "effbw-gputopo", None) is None
