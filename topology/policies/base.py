@@ -60,6 +60,10 @@ class NodeState:
 
     usage: Mapping[int, GPUUsage] = field(default_factory=dict)
     unhealthy: frozenset[int] = frozenset()
+    #: free_gpus() per GPU count (a state is immutable; filter asks it thousands of times)
+    _free: dict[int, tuple[int, ...]] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     @classmethod
     def whole(cls, busy: Iterable[int]) -> NodeState:
@@ -71,12 +75,15 @@ class NodeState:
         return self.usage.get(index, GPUUsage())
 
     def free_gpus(self, topology: Topology) -> tuple[int, ...]:
-        """Indices of healthy GPUs with nothing in use, ascending."""
-        return tuple(
-            i
-            for i in range(topology.size)
-            if i not in self.unhealthy and self.used(i).idle
-        )
+        """Indices of healthy GPUs with nothing in use, ascending (computed once per GPU
+        count)."""
+        n = topology.size
+        hit = self._free.get(n)
+        if hit is None:
+            taken = set(self.unhealthy)
+            taken.update(i for i, u in self.usage.items() if not u.idle)
+            hit = self._free.setdefault(n, tuple(i for i in range(n) if i not in taken))
+        return hit
 
     def mask(self, topology: Topology) -> int:
         """Bit mask of :meth:`free_gpus` (bit i set = GPU i free)."""
