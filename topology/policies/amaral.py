@@ -560,7 +560,7 @@ def topo_aware_p(topology: Topology, state: NodeState, request: Request) -> Deci
     return _topo_aware("topo-aware-p", True, topology, state, request)
 
 
-@register("fcfs", "Amaral SC'17 FCFS baseline: first free GPUs in index order")
+@register("fcfs", "Amaral SC'17 FCFS baseline: first free GPUs in index order", free_set_only=True)
 def fcfs(topology: Topology, state: NodeState, request: Request) -> Decision:
     """FCFS (Amaral §5.2): the lowest-index free GPUs (a share: the lowest GPU with room).
 
@@ -576,7 +576,8 @@ def fcfs(topology: Topology, state: NodeState, request: Request) -> Decision:
                           MODEL_GPUTOPO, reason="first free GPUs (FCFS)")
 
 
-@register("best-fit", "Amaral SC'17 Best-Fit baseline: GPUs from the most used socket first")
+@register("best-fit", "Amaral SC'17 Best-Fit baseline: GPUs from the most used socket first",
+          free_set_only=True)
 def best_fit(topology: Topology, state: NodeState, request: Request) -> Decision:
     """Best Fit (Amaral §5.2): bin packing by CPU socket (module docstring).
 

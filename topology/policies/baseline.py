@@ -14,7 +14,7 @@ from topology.policies.common import (
 from topology.policies.registry import register
 
 
-@register("baseline", "lowest free GPU indices (the kubelet's own choice)")
+@register("baseline", "lowest free GPU indices (the kubelet's own choice)", free_set_only=True)
 def baseline(topology: Topology, state: NodeState, request: Request) -> Decision:
     """Take the ``count`` lowest-index free GPUs; a fractional request takes the lowest-index
     GPU with room. Pattern vertex i goes to the i-th chosen GPU.

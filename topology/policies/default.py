@@ -63,7 +63,7 @@ def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
 
 
 @register(NAME, "default: Gaia Fragment for shares, PreservedBW for 1 GPU, MAPA Preserve "
-          "with a monotone EffBW model for multi-GPU")
+          "with a monotone EffBW model for multi-GPU", free_set_only=True)
 def gputopo(topology: Topology, state: NodeState, request: Request) -> Decision:
     """The default policy (see the module docstring for the reasoning).
 

@@ -6,7 +6,9 @@ the free state and the request, never on UUIDs or CPU numbers. So a decision com
 node is valid for every node of the same class in the same state: it is cached by
 ``(policy, class, state, request)`` and re-labelled with the asking node's UUIDs and CPUs.
 Filter, prioritize and bind for one pod — and the next pods, on the nodes that did not change —
-hit the cache.
+hit the cache. For policies registered with ``free_set_only`` a whole-GPU decision is keyed by
+the free-GPU mask alone, so nodes whose busy GPUs differ only in how they are used (whole,
+shared, unhealthy) share it too.
 """
 
 from __future__ import annotations
@@ -51,7 +53,12 @@ def place(policy: str, topology: Topology, state: NodeState, request: Request) -
         RequestError: the request is invalid for the policy.
     """
     spec = get_policy(policy)
-    key = (policy, topology.topology_class, state.key(), request.key())
+    skey: object = (
+        ("free", state.mask(topology))
+        if spec.free_set_only and not request.fractional
+        else state.key()
+    )
+    key = (policy, topology.topology_class, skey, request.key())
     with _lock:
         hit = _cache.get(key)
         if hit is not None:

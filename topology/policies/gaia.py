@@ -692,7 +692,8 @@ def link(
 
 
 # ============================================================================ Algorithm 1
-@register(NAME, "Gaia: access-cost tree; Fragment for shares, Singular for 1 GPU, Link for more")
+@register(NAME, "Gaia: access-cost tree; Fragment for shares, Singular for 1 GPU, Link for more",
+          free_set_only=True)
 def gaia(topology: Topology, state: NodeState, request: Request) -> Decision:
     """Gaia's scheduler (Gaia §III-B, Algorithm 1): dispatch on the requested amount m.
 

@@ -57,7 +57,8 @@ def _mapa(
     )
 
 
-@register("mapa-greedy", "MAPA Greedy: the pattern match with the highest AggBW (Eq. 1)")
+@register("mapa-greedy", "MAPA Greedy: the pattern match with the highest AggBW (Eq. 1)",
+          free_set_only=True)
 def mapa_greedy(topology: Topology, state: NodeState, request: Request) -> Decision:
     """MAPA Greedy: maximise AggBW (MAPA §3.4.1, Eq. 1) over every match of the pattern.
 
@@ -68,7 +69,7 @@ def mapa_greedy(topology: Topology, state: NodeState, request: Request) -> Decis
 
 
 @register("mapa-preserve", "MAPA Preserve (Algorithm 1): sensitive → max EffBW (Eq. 2), "
-          "insensitive → max PreservedBW (Eq. 3)")
+          "insensitive → max PreservedBW (Eq. 3)", free_set_only=True)
 def mapa_preserve(topology: Topology, state: NodeState, request: Request) -> Decision:
     """MAPA Preserve (MAPA §3.5.2, Algorithm 1): bandwidth-sensitive → the match with the
     highest predicted EffBW (Eq. 2, Table 2 θ); insensitive → the highest PreservedBW (Eq. 3).

@@ -262,7 +262,7 @@ def choose(topology: Topology, free: Sequence[int], size: int) -> tuple[tuple[in
 
 
 @register(NAME, "NVIDIA device plugin's best-effort preferred allocation (go-gpuallocator "
-          "link scores, best partition of the free GPUs)")
+          "link scores, best partition of the free GPUs)", free_set_only=True)
 def nvidia_best_effort(topology: Topology, state: NodeState, request: Request) -> Decision:
     """go-gpuallocator's best-effort allocation reimplemented on our model (module docstring).
 

@@ -35,19 +35,30 @@ class UnknownPolicy(KeyError):
 
 @dataclass(frozen=True)
 class PolicySpec:
-    """A registered policy: its name, the function, and one line on what it does."""
+    """A registered policy: its name, the function, and one line on what it does.
+
+    Attributes:
+        free_set_only: for whole-GPU requests the policy reads the node state only through
+            its free GPUs (``NodeState.free_gpus``): how the busy GPUs are used (whole,
+            shared, unhealthy) does not change the decision. Decisions are then cached per
+            free-GPU mask rather than per full state (:func:`topology.policies.evaluate.place`)
+            — a property test holds every policy declaring it to that.
+    """
 
     name: str
     fn: PolicyFn
     summary: str
+    free_set_only: bool = False
 
 
 _REGISTRY: dict[str, PolicySpec] = {}
 _loaded = False
 
 
-def register(name: str, summary: str) -> Callable[[PolicyFn], PolicyFn]:
-    """Decorator: register ``fn`` under ``name``.
+def register(
+    name: str, summary: str, *, free_set_only: bool = False
+) -> Callable[[PolicyFn], PolicyFn]:
+    """Decorator: register ``fn`` under ``name`` (``free_set_only``: see :class:`PolicySpec`).
 
     Raises:
         ValueError: the name is already taken by another function.
@@ -57,7 +68,7 @@ def register(name: str, summary: str) -> Callable[[PolicyFn], PolicyFn]:
         old = _REGISTRY.get(name)
         if old is not None and old.fn is not fn and old.fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"policy {name!r} registered twice")
-        _REGISTRY[name] = PolicySpec(name, fn, summary)
+        _REGISTRY[name] = PolicySpec(name, fn, summary, free_set_only)
         return fn
 
     return deco

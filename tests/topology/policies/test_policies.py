@@ -147,3 +147,40 @@ def test_invariants_every_policy(topo: Topology, data: st.DataObject) -> None:
         assert len(d.gpus) == req.count == len(set(d.gpus))
         assert set(d.gpus) <= set(free)  # never a busy GPU
         assert sorted(d.mapping) == list(d.gpus)
+
+
+FREE_SET_ONLY = sorted(n for n, spec in policies().items() if spec.free_set_only)
+
+
+def test_free_set_only_is_declared_by_the_policies_that_read_only_free_gpus() -> None:
+    assert {"baseline", "gaia", "mapa-greedy", "mapa-preserve", "gputopo"} <= set(FREE_SET_ONLY)
+    # Amaral's interference term tells busy GPUs from unhealthy idle ones
+    assert "topo-aware" not in FREE_SET_ONLY
+
+
+@given(topologies(max_gpus=8), st.data())
+def test_free_set_only_policies_decide_from_the_free_gpus_alone(
+    topo: Topology, data: st.DataObject
+) -> None:
+    """What ``free_set_only`` promises (and what the per-free-mask cache relies on): a
+    whole-GPU decision is the same whether the busy GPUs are held whole, shared or
+    unhealthy."""
+    state = data.draw(states(topo.size))
+    sick = data.draw(st.frozensets(st.integers(0, topo.size - 1), max_size=2))
+    state = NodeState(state.usage, sick)
+    policy = data.draw(st.sampled_from(FREE_SET_ONLY))
+    k = data.draw(st.integers(1, topo.size))
+    pat = data.draw(st.sampled_from([None, ring(k), tree(k), all_to_all(k)]))
+    req = Request(count=k, pattern=pat, bandwidth_sensitive=data.draw(st.booleans()))
+    free = state.free_gpus(topo)
+    plain = NodeState.whole(g for g in range(topo.size) if g not in free)
+    fn = get_policy(policy).fn
+    try:
+        d = fn(topo, state, req)
+    except NoFit as exc:
+        with pytest.raises(NoFit) as again:
+            fn(topo, plain, req)
+        assert str(again.value) == str(exc)
+        return
+    assert fn(topo, plain, req) == d
+    assert place(policy, topo, state, req) == place(policy, topo, plain, req) == d
