@@ -239,19 +239,24 @@ class Extender:
         self._remember(ref, preq)
         return ref, preq
 
-    def _view(self, name: str, node_obj: Mapping[str, Any] | None) -> NodeView:
+    def _view(
+        self, name: str, node_obj: Mapping[str, Any] | None, by_free: bool = False
+    ) -> NodeView:
+        """The node's view; ``by_free``: its variant grouped by free-GPU mask
+        (``NodeView.by_free``)."""
         view = self.state.node_view(name)
-        if node_obj is None:
-            return view
-        meta = node_obj.get("metadata")
-        ann = meta.get("annotations") if isinstance(meta, Mapping) else None
-        text = ann.get(ANN_TOPOLOGY) if isinstance(ann, Mapping) else None
-        if not isinstance(text, str):
-            return view
-        topo = self.topologies.get(text)
-        if isinstance(topo, Topology):
-            self._seen_topology[name] = topo
-        return NodeView.of(name, topo, view.state, view.state_key, view.state_id)
+        if node_obj is not None:
+            meta = node_obj.get("metadata")
+            ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+            text = ann.get(ANN_TOPOLOGY) if isinstance(ann, Mapping) else None
+            if isinstance(text, str):
+                topo = self.topologies.get(text)
+                if isinstance(topo, Topology):
+                    self._seen_topology[name] = topo
+                view = NodeView.of(name, topo, view.state, view.state_key, view.state_id)
+        if by_free and view.by_free is not None:
+            return view.by_free
+        return view
 
     def _candidates(self, args: ExtenderArgs) -> list[tuple[str, Mapping[str, Any] | None]]:
         if args.Nodes is not None:
@@ -333,13 +338,17 @@ class Extender:
         deadline: float | None = None, learn: bool = False,
     ) -> list[tuple[str, Mapping[str, Any] | None, NodeView, Outcome]]:
         """Evaluate every node once per group; uncached groups are decided inline (no budget)
-        or on the evaluator until ``deadline`` (``time.monotonic()``), then provisional."""
+        or on the evaluator until ``deadline`` (``time.monotonic()``), then provisional.
+
+        A whole-GPU request to a ``free_set_only`` policy groups nodes by free-GPU mask (its
+        decision and score read nothing else), any other request by full state."""
         groups: dict[object, Outcome | None] = {}
         misses: dict[object, NodeView] = {}
         rows: list[tuple[str, Mapping[str, Any] | None, NodeView, Outcome | None]] = []
         rid = intern_request(request.key())
+        by_free = not request.fractional and get_policy(policy).free_set_only
         for name, obj in nodes:
-            view = self._view(name, obj)
+            view = self._view(name, obj, by_free)
             group = view.group
             if group is None:
                 rows.append((name, obj, view, self.evaluate(policy, view, request)))

@@ -124,6 +124,11 @@ class NodeView:
             grouping 1,000 nodes hashes ints rather than nested tuples.
         group: ``(topology class, state_id)`` — nodes with equal groups get equal decisions;
             None when the topology is unavailable.
+        by_free: the same view grouped by ``(topology class, free-GPU mask)`` instead: what
+            a whole-GPU request to a ``free_set_only`` policy may share across nodes whose
+            busy GPUs are used differently (None when the topology is unavailable, and on
+            that variant itself: no reference cycles among objects rebuilt on every state
+            change).
     """
 
     name: str
@@ -132,15 +137,20 @@ class NodeView:
     state_key: tuple[tuple[int, int, int], ...]
     state_id: int = -1
     group: tuple[str, int] | None = None
+    by_free: NodeView | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def of(
         cls, name: str, topology: Topology | NodeTopologyError, state: NodeState,
         state_key: tuple[tuple[int, int, int], ...], state_id: int,
     ) -> NodeView:
-        """A view with its ``group`` filled in."""
-        group = (topology.topology_class, state_id) if isinstance(topology, Topology) else None
-        return cls(name, topology, state, state_key, state_id, group)
+        """A view with its ``group`` and ``by_free`` variant filled in."""
+        if not isinstance(topology, Topology):
+            return cls(name, topology, state, state_key, state_id, None)
+        cls_id = topology.topology_class
+        free_group = (cls_id, intern_free(state.mask(topology)))
+        variant = cls(name, topology, state, state_key, state_id, free_group)
+        return cls(name, topology, state, state_key, state_id, (cls_id, state_id), variant)
 
 
 class _Interner:
@@ -169,6 +179,13 @@ class _Interner:
 
 #: Interns NodeState keys (shared by every backend, so equal states share an id).
 intern_state = _Interner()
+#: Interns free-GPU masks (ids never collide with :data:`intern_state`'s: negative).
+_free_ids = _Interner()
+
+
+def intern_free(mask: int) -> int:
+    """A small negative integer standing for the free-GPU ``mask`` (see ``NodeView.by_free``)."""
+    return -1 - _free_ids(mask)
 
 
 def apply_usage(usage: dict[int, GPUUsage], alloc: Allocation) -> None:
