@@ -7,17 +7,19 @@ Scenarios (targets are for the warm filter + prioritize p99, as kube-scheduler s
   lacks it) — target p99 ≤ 50 ms.
 
 The extender runs in its own process, as ``gputopo extender`` would (uvicorn on loopback, the
-default time budget ``eval_budget_ms`` with its worker processes, the same GC settings); this
-process plays kube-scheduler over HTTP. Before measuring, the server fills its MemoryState
+default settings — exact decisions, no time budget — and the same GC settings); this process
+plays kube-scheduler over HTTP. Before measuring, the server fills its MemoryState
 cluster to about 70 % of the GPUs by binding a seeded stream of pods (1–5 GPUs, ring / tree /
 all-to-all, sensitive or not, ~10 % 0.25–0.5 GPU shares). Then:
 
 * **warm** — a steady-state stream: every pod goes through ``/filter`` and ``/prioritize``
   (timed), the highest-scored node (ties by name), ``/bind`` (timed), and one running pod ends
-  (a benchmark-only ``/_bench/delete`` route), so occupancy stays put;
+  (a benchmark-only ``/_bench/delete`` route), so occupancy stays put. The stream starts
+  right after the fill, which never called filter: the first pod of each of the ~27 request
+  shapes meets every node state uncached, and those calls are in the warm figures;
 * **cold** — the same calls right after every cache was emptied (decision, precheck and score
-  caches, parsed topologies, the workers' decision caches — ``/_bench/clear``): the first pod
-  after a restart, or a request shape never seen.
+  caches, per-class score tables, subset tables and link matrices, parsed topologies, the
+  workers' decision caches — ``/_bench/clear``): the first pod after a restart.
 
 With a budget, decisions that miss it are answered provisionally (filter: pass on capacity,
 prioritize: 0) and finished by the workers; each scenario reports how many node groups were
@@ -177,8 +179,10 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
     @bench.post("/_bench/clear")
     def clear() -> dict[str, bool]:
         from scheduler_extender import scoring
+        from topology.policies.matching import clear_tables
 
         clear_cache()
+        clear_tables()
         rt.extender.clear_caches()
         with scoring._tables_lock:
             scoring._tables.clear()

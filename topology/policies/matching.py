@@ -426,9 +426,10 @@ def _search_table(
 
 
 def clear_tables() -> None:
-    """Forget every :class:`SubsetTable` (cold-cache benchmarks, tests)."""
+    """Forget every :class:`SubsetTable` and per-class matrix (cold-cache benchmarks, tests)."""
     with _tables_lock:
         _tables.clear()
+        _matrix_cache.clear()
 
 
 def search(
