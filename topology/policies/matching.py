@@ -65,8 +65,10 @@ MAX_ENUM_VERTICES = 8
 #: Largest ``C(n, k) × arrangements`` for which a per-class :class:`SubsetTable` is built
 #: (once; about 0.3 s of numpy at the limit). Covers every pattern of up to 6 GPUs on 16 GPUs.
 TABLE_BUDGET = 1_000_000
-#: Tables kept (per topology class, pattern and objective pair).
-TABLE_CACHE = 256
+#: Rows kept across all cached tables (least recently used tables go first): at most
+#: (k + 5) × 8 bytes a row, so about 200 MB at the limit, typically a few MB (a 16-GPU
+#: machine's tables have at most 8,008 rows).
+TABLE_CACHE_ROWS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -314,7 +316,12 @@ class SubsetTable:
 
 
 _tables: OrderedDict[tuple[object, ...], SubsetTable | None] = OrderedDict()
+_tables_rows = 0
 _tables_lock = Lock()
+
+
+def _rows(table: SubsetTable | None) -> int:
+    return 0 if table is None else int(table.masks.shape[0])
 
 
 def _table_fits(n: int, k: int, n_arr: int) -> bool:
@@ -326,17 +333,21 @@ def subset_table(
 ) -> SubsetTable | None:
     """The :class:`SubsetTable` of ``pattern`` on ``topology``'s class, or None when it would
     exceed :data:`TABLE_BUDGET` (or the pattern has more than :data:`MAX_ENUM_VERTICES`
-    vertices). Cached per (class, pattern edges, objective, secondary); thread-safe."""
+    vertices). Cached per (class, pattern edges, objective, secondary), at most
+    :data:`TABLE_CACHE_ROWS` rows in all; thread-safe."""
     key = (topology.topology_class, pattern.size, pattern.edges, objective, secondary)
     with _tables_lock:
         if key in _tables:
             _tables.move_to_end(key)
             return _tables[key]
     table = _build_table(topology, pattern, objective, secondary)
+    global _tables_rows
     with _tables_lock:
-        _tables[key] = table
-        if len(_tables) > TABLE_CACHE:
-            _tables.popitem(last=False)
+        if key not in _tables:
+            _tables[key] = table
+            _tables_rows += _rows(table)
+            while _tables_rows > TABLE_CACHE_ROWS and len(_tables) > 1:
+                _tables_rows -= _rows(_tables.popitem(last=False)[1])
     return table
 
 
@@ -427,8 +438,10 @@ def _search_table(
 
 def clear_tables() -> None:
     """Forget every :class:`SubsetTable` and per-class matrix (cold-cache benchmarks, tests)."""
+    global _tables_rows
     with _tables_lock:
         _tables.clear()
+        _tables_rows = 0
         _matrix_cache.clear()
 
 

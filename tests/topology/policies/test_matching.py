@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -138,3 +139,19 @@ def test_subset_table_is_shared_by_every_node_of_a_class() -> None:
     assert subset_table(DGX, ring(4), "effbw-gputopo", "preserved") is subset_table(
         twin, ring(4), "effbw-gputopo", "preserved")
     assert subset_table(catalog.get("mapa-torus-16"), ring(8), "effbw-gputopo", None) is None
+
+
+def test_table_cache_is_bounded_by_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from topology.policies import matching
+
+    matching.clear_tables()
+    monkeypatch.setattr(matching, "TABLE_CACHE_ROWS", 600)
+    torus = catalog.get("mapa-torus-16")
+    first = subset_table(torus, all_to_all(3), "aggbw", None)  # C(16,3) = 560 rows
+    assert first is not None and first.masks.shape[0] == 560
+    subset_table(torus, all_to_all(2), "aggbw", None)  # 120 more: the first is evicted
+    assert matching._tables_rows <= 600
+    again = subset_table(torus, all_to_all(3), "aggbw", None)
+    assert again is not first  # rebuilt
+    assert np.array_equal(again.masks, first.masks)  # type: ignore[union-attr]
+    matching.clear_tables()
