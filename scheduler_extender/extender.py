@@ -346,7 +346,7 @@ class Extender:
         misses: dict[object, NodeView] = {}
         rows: list[tuple[str, Mapping[str, Any] | None, NodeView, Outcome | None]] = []
         rid = intern_request(request.key())
-        by_free = not request.fractional and get_policy(policy).free_set_only
+        by_free = get_policy(policy).keys_by_free_mask(request)
         for name, obj in nodes:
             view = self._view(name, obj, by_free)
             group = view.group

@@ -148,7 +148,7 @@ class NodeView:
         if not isinstance(topology, Topology):
             return cls(name, topology, state, state_key, state_id, None)
         cls_id = topology.topology_class
-        free_group = (cls_id, intern_free(state.mask(topology)))
+        free_group = (cls_id, intern_state(("free", state.mask(topology))))
         variant = cls(name, topology, state, state_key, state_id, free_group)
         return cls(name, topology, state, state_key, state_id, (cls_id, state_id), variant)
 
@@ -177,15 +177,9 @@ class _Interner:
             return hit
 
 
-#: Interns NodeState keys (shared by every backend, so equal states share an id).
+#: Interns NodeState keys (shared by every backend, so equal states share an id), and
+#: ``("free", mask)`` keys of free-GPU masks (``NodeView.by_free``).
 intern_state = _Interner()
-#: Interns free-GPU masks (ids never collide with :data:`intern_state`'s: negative).
-_free_ids = _Interner()
-
-
-def intern_free(mask: int) -> int:
-    """A small negative integer standing for the free-GPU ``mask`` (see ``NodeView.by_free``)."""
-    return -1 - _free_ids(mask)
 
 
 def apply_usage(usage: dict[int, GPUUsage], alloc: Allocation) -> None:

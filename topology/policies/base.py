@@ -60,8 +60,9 @@ class NodeState:
 
     usage: Mapping[int, GPUUsage] = field(default_factory=dict)
     unhealthy: frozenset[int] = frozenset()
-    #: free_gpus() per GPU count (a state is immutable; filter asks it thousands of times)
-    _free: dict[int, tuple[int, ...]] = field(
+    #: (free_gpus(), mask()) per GPU count (a state is immutable; filter asks thousands of
+    #: times)
+    _free: dict[int, tuple[tuple[int, ...], int]] = field(
         default_factory=dict, init=False, repr=False, compare=False, hash=False
     )
 
@@ -74,23 +75,23 @@ class NodeState:
         """Usage of GPU ``index`` (idle if not listed)."""
         return self.usage.get(index, GPUUsage())
 
-    def free_gpus(self, topology: Topology) -> tuple[int, ...]:
-        """Indices of healthy GPUs with nothing in use, ascending (computed once per GPU
-        count)."""
-        n = topology.size
+    def _free_and_mask(self, n: int) -> tuple[tuple[int, ...], int]:
         hit = self._free.get(n)
         if hit is None:
             taken = set(self.unhealthy)
             taken.update(i for i, u in self.usage.items() if not u.idle)
-            hit = self._free.setdefault(n, tuple(i for i in range(n) if i not in taken))
+            free = tuple(i for i in range(n) if i not in taken)
+            hit = self._free.setdefault(n, (free, sum(1 << i for i in free)))
         return hit
+
+    def free_gpus(self, topology: Topology) -> tuple[int, ...]:
+        """Indices of healthy GPUs with nothing in use, ascending (computed once per GPU
+        count)."""
+        return self._free_and_mask(topology.size)[0]
 
     def mask(self, topology: Topology) -> int:
         """Bit mask of :meth:`free_gpus` (bit i set = GPU i free)."""
-        m = 0
-        for i in self.free_gpus(topology):
-            m |= 1 << i
-        return m
+        return self._free_and_mask(topology.size)[1]
 
     def key(self) -> tuple[tuple[int, int, int], ...]:
         """A hashable, canonical form (for caches)."""

@@ -54,9 +54,7 @@ def place(policy: str, topology: Topology, state: NodeState, request: Request) -
     """
     spec = get_policy(policy)
     skey: object = (
-        ("free", state.mask(topology))
-        if spec.free_set_only and not request.fractional
-        else state.key()
+        ("free", state.mask(topology)) if spec.keys_by_free_mask(request) else state.key()
     )
     key = (policy, topology.topology_class, skey, request.key())
     with _lock:

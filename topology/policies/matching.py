@@ -324,10 +324,6 @@ def _rows(table: SubsetTable | None) -> int:
     return 0 if table is None else int(table.masks.shape[0])
 
 
-def _table_fits(n: int, k: int, n_arr: int) -> bool:
-    return 0 < k <= MAX_ENUM_VERTICES and n <= 62 and math.comb(n, k) * n_arr <= TABLE_BUDGET
-
-
 def subset_table(
     topology: Topology, pattern: Pattern, objective: Objective, secondary: Objective | None
 ) -> SubsetTable | None:
@@ -355,11 +351,11 @@ def _build_table(
     topology: Topology, pattern: Pattern, objective: Objective, secondary: Objective | None
 ) -> SubsetTable | None:
     n, k = topology.size, pattern.size
-    if not 0 < k <= min(n, MAX_ENUM_VERTICES):
+    if not 0 < k <= min(n, MAX_ENUM_VERTICES) or n > 62:  # masks are int64
         return None
     edge_pos, _ = _arrangements_and_perms(k, pattern.edges)
     n_arr = edge_pos.shape[0]
-    if not _table_fits(n, k, n_arr):
+    if math.comb(n, k) * n_arr > TABLE_BUDGET:
         return None
     w, cls = _matrices(topology)
     subsets = _subset_iter(range(n), k)
@@ -403,9 +399,10 @@ def _search_table(
     for g in free:
         fmask |= 1 << g
     sel = np.flatnonzero((table.masks & ~fmask) == 0)  # lexicographic, like combinations()
+    free_arr = np.array(free, dtype=np.int64)
     pres: np.ndarray | None = None
     if objective == "preserved" or secondary == "preserved":
-        pres = _preserved(w, np.array(free, dtype=np.int64), table.gpus[sel])
+        pres = _preserved(w, free_arr, table.gpus[sel])
 
     def vals(obj: Objective) -> np.ndarray:
         return pres if obj == "preserved" else table.values[obj][sel]  # type: ignore[return-value]
@@ -422,7 +419,7 @@ def _search_table(
         subset = table.gpus[row]
         perm = perms[int(table.arrangement[row])]
         p = float(pres[pos]) if pres is not None else float(
-            _preserved(w, np.array(free, dtype=np.int64), subset.reshape(1, -1))[0])
+            _preserved(w, free_arr, subset.reshape(1, -1))[0])
         return Match(
             mapping=tuple(int(subset[perm[v]]) for v in range(pattern.size)),
             aggbw=float(table.values["aggbw"][row]),

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from topology.policies.base import PolicyFn
+from topology.policies.base import PolicyFn, Request
 
 #: Modules that register policies when imported (order = listing order).
 POLICY_MODULES = (
@@ -49,6 +49,12 @@ class PolicySpec:
     fn: PolicyFn
     summary: str
     free_set_only: bool = False
+
+    def keys_by_free_mask(self, request: Request) -> bool:
+        """``request``'s decisions depend on a node's state only through its free-GPU mask
+        (a whole-GPU request to a ``free_set_only`` policy): caches and node groups may key
+        by that mask."""
+        return self.free_set_only and not request.fractional
 
 
 _REGISTRY: dict[str, PolicySpec] = {}
