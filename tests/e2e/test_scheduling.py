@@ -297,6 +297,9 @@ def test_extender_restart_mid_stream_double_books_nothing(cluster: GpuCluster) -
     assert "connection refused" in _wait_failed_scheduling(cluster, during[0].name).lower()
     cluster.extender.start()
     assert cluster.extender.pid != old_pid
+    # kube-scheduler retries the waiting pods as soon as the extender answers; compare once
+    # they are bound, not while one may be bound between the pod listing and the probes
+    cluster.wait_bound([p.name for p in during], WAIT_S)
     _assert_extender_state_matches_annotations(cluster)  # rebuilt from the annotations
     for p in after:
         cluster.create_pod(p)
