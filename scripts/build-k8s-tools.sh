@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build (or find) the binaries of the local control plane used by the e2e tests:
-#   kube-apiserver, kube-scheduler (from k8s.io/kubernetes), kwok, helm (go install), etcd.
+#   kube-apiserver, kube-scheduler, kube-controller-manager (from k8s.io/kubernetes), kwok,
+#   helm (go install), etcd.
 #
 # Versions are pinned in scripts/k8s-versions.env. Every Go binary is built into
 #   ${GPUTOPO_CACHE:-$HOME/.cache/gputopo}/bin/<name>-<version>/<name>
@@ -142,7 +143,8 @@ build_k8s_binary() {
     log "${name} ${K8S_VERSION}: cached at ${out}"
   else
     prepare_wrapper "${K8S_WRAPPER_DIR}" k8s.io/kubernetes "${K8S_VERSION}" "${STAGING_VERSION}" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+      k8s.io/kubernetes/cmd/kube-controller-manager
     mkdir -p "$(dirname "${out}")"
     local build_date ldflags pkg start
     build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -313,6 +315,7 @@ main() {
   ensure_etcd
   build_k8s_binary kube-apiserver
   build_k8s_binary kube-scheduler
+  build_k8s_binary kube-controller-manager
   go_install kwok sigs.k8s.io/kwok/cmd/kwok "${KWOK_VERSION}" \
     "-X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}"
   write_kwok_stages
@@ -320,7 +323,7 @@ main() {
     "-X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
 
   manifest="${TOOLSET_DIR}/manifest"
-  for name in etcd kube-apiserver kube-scheduler kwok kwok-stages.yaml helm; do
+  for name in etcd kube-apiserver kube-scheduler kube-controller-manager kwok kwok-stages.yaml helm; do
     echo "${name}=$(readlink -f "${TOOLSET_DIR}/${name}")"
   done >"${manifest}.tmp"
   mv "${manifest}.tmp" "${manifest}"
