@@ -46,13 +46,13 @@ from device_plugin.kubelet_view import NoKubeletView, PodResourcesClient
 from device_plugin.metrics import Metrics
 from device_plugin.pods import MemoryPodSource, make_pod
 from device_plugin.server import DevicePluginServicer, ResourceServer
-from scheduler_extender.contract import (
+from topology import catalog
+from topology.contract import (
     RESOURCE_GPU,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
     assignment_annotations,
 )
-from topology import catalog
 from topology.policies.base import NodeState, NoFit, Request
 from topology.policies.evaluate import place
 

@@ -52,7 +52,7 @@ PATTERNS = ("ring", "tree", "all-to-all")
 OCCUPANCY = 0.7
 #: MiB per ``gputopo.io/vgpu-memory`` unit (the contract's, once it defines one).
 MEMORY_UNIT_MIB: int = getattr(
-    __import__("scheduler_extender.contract").contract, "DEFAULT_VGPU_MEMORY_UNIT_MIB", 1
+    __import__("topology.contract").contract, "DEFAULT_VGPU_MEMORY_UNIT_MIB", 1
 )
 
 
@@ -178,7 +178,7 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
 
     @bench.post("/_bench/clear")
     def clear() -> dict[str, bool]:
-        from scheduler_extender import scoring
+        from topology.policies import scoring
         from topology.policies.matching import clear_tables
 
         clear_cache()

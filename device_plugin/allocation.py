@@ -35,7 +35,7 @@ from device_plugin.kubelet_view import KubeletPods, KubeletView, NoKubeletView
 from device_plugin.metrics import Metrics
 from device_plugin.pods import PodInfo, PodSource, PodSourceError
 from device_plugin.response import ContainerGrant, grant
-from scheduler_extender.contract import AssignmentError, parse_assignment
+from topology.contract import AssignmentError, parse_assignment
 from topology.model import Topology
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ The kubelet's ``GetPreferredAllocation`` and ``Allocate`` carry device IDs and a
 pod. gputopo answers from three facts:
 
 1. **What each pod was given.** The extender's bind wrote the assignment into the pod's
-   annotations (:func:`scheduler_extender.contract.parse_assignment`) before the pod was bound.
+   annotations (:func:`topology.contract.parse_assignment`) before the pod was bound.
 2. **What each pod still needs.** A pod *needs* resource R while some container of it has a
    positive R limit and no allocation record. After each Allocate the plugin records
    ``{resource: {container: [GPU UUIDs]}}`` in the pod annotation ``gputopo.io/allocated``
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from device_plugin.devices import DeviceIDError, ResourceSpec, gpus_of
 from device_plugin.kubelet_view import KubeletPods
 from device_plugin.pods import ContainerInfo, PodInfo
-from scheduler_extender.contract import ANN_GPU_UUIDS, Assignment, AssignmentError, parse_assignment
+from topology.contract import ANN_GPU_UUIDS, Assignment, AssignmentError, parse_assignment
 
 #: Pod annotation written by the plugin after each Allocate (JSON, see :class:`Record`).
 ANN_ALLOCATED = "gputopo.io/allocated"

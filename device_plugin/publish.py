@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from scheduler_extender.contract import (
+from topology.contract import (
     ANN_TOPOLOGY,
     ANN_VGPU_MEMORY_UNIT,
     LABEL_GPU_MODEL,

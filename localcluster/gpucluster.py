@@ -22,7 +22,7 @@ Pieces:
 * :class:`GpuPod`: a GPU pod for ``gputopo-scheduler`` (whole GPUs or a share).
 
 kwok nodes count ``gputopo.io/vgpu-memory`` in the contract's units
-(:data:`scheduler_extender.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`, 256 MiB), as the device
+(:data:`topology.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`, 256 MiB), as the device
 plugin and the extender do; :class:`GpuPod` takes MiB and writes units.
 """
 
@@ -50,7 +50,11 @@ from device_plugin.publish import node_metadata
 from localcluster.chart import render_scheduler_config
 from localcluster.controlplane import ControlPlane, ControlPlaneError, free_port, wait_until
 from localcluster.process import ManagedProcess
-from scheduler_extender.contract import (
+from scheduler_extender.demo import DemoPod
+from scheduler_extender.podspec import pod_resources
+from scheduler_extender.state import Allocation, PodRef, apply_usage
+from topology import catalog
+from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
     ANN_POLICY,
@@ -62,10 +66,6 @@ from scheduler_extender.contract import (
     AssignmentError,
     parse_assignment,
 )
-from scheduler_extender.demo import DemoPod
-from scheduler_extender.podspec import pod_resources
-from scheduler_extender.state import Allocation, PodRef, apply_usage
-from topology import catalog
 from topology.model import Topology, format_cpu_list
 from topology.policies.base import FULL_CORE, GPUUsage, NodeState
 

@@ -33,9 +33,11 @@ import numpy as np
 import uvicorn
 from fastapi import FastAPI
 
-from scheduler_extender import contract as _contract
 from scheduler_extender.app import create_app
-from scheduler_extender.contract import (
+from scheduler_extender.settings import ExtenderSettings
+from scheduler_extender.state import MemoryState
+from topology import contract as _contract
+from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
     ANN_TOPOLOGY,
@@ -43,8 +45,6 @@ from scheduler_extender.contract import (
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
-from scheduler_extender.settings import ExtenderSettings
-from scheduler_extender.state import MemoryState
 from topology.patterns import parse_pattern
 from topology.policies.base import Request
 from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth, mapped_edges

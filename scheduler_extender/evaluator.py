@@ -54,9 +54,9 @@ def remote_decide(
 
 
 def _decide(policy: str, topology_json: str, state: Any, request: Any) -> tuple[Any, ...]:
-    from scheduler_extender.scoring import node_score
     from topology.policies.base import NoFit, RequestError
     from topology.policies.evaluate import place
+    from topology.policies.scoring import node_score
     from topology.serialization import loads
 
     topology = _TOPOLOGIES.get(topology_json)
@@ -107,8 +107,10 @@ def _init_worker(parent: int) -> None:
 
 def _warm() -> int:
     """Import everything a job needs (first job latency)."""
-    from scheduler_extender import scoring  # noqa: F401
-    from topology.policies import registry
+    from topology.policies import (
+        registry,
+        scoring,  # noqa: F401
+    )
 
     registry.policies()
     return os.getpid()

@@ -28,12 +28,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler_extender.contract import ANN_TOPOLOGY
 from scheduler_extender.evaluator import Dropped, Evaluator, Job, default_workers
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
-from scheduler_extender.scoring import NodeScore, node_score
 from scheduler_extender.state import (
     BindError,
     ClusterState,
@@ -44,10 +42,12 @@ from scheduler_extender.state import (
     TopologyCache,
     _Interner,
 )
+from topology.contract import ANN_TOPOLOGY
 from topology.model import Topology
 from topology.policies.base import Decision, NoFit, Request, RequestError
 from topology.policies.evaluate import place
 from topology.policies.registry import get_policy
+from topology.policies.scoring import NodeScore, node_score
 from topology.serialization import dumps
 
 log = logging.getLogger("gputopo.extender")

@@ -27,14 +27,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from scheduler_extender.contract import (
-    ANN_TOPOLOGY,
-    OUTPUT_ANNOTATIONS,
-    AssignmentError,
-    assignment_annotations,
-    has_assignment,
-    parse_assignment,
-)
 from scheduler_extender.state import (
     Allocation,
     AllocationBook,
@@ -44,6 +36,14 @@ from scheduler_extender.state import (
     NodeView,
     PodRef,
     TopologyCache,
+)
+from topology.contract import (
+    ANN_TOPOLOGY,
+    OUTPUT_ANNOTATIONS,
+    AssignmentError,
+    assignment_annotations,
+    has_assignment,
+    parse_assignment,
 )
 from topology.model import Topology
 from topology.policies.base import Decision

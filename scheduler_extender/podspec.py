@@ -1,11 +1,11 @@
 """Turn a ``v1.Pod`` (as a JSON dict) into a placement :class:`Request` — pure, no I/O.
 
-Resources (names from :mod:`scheduler_extender.contract`):
+Resources (names from :mod:`topology.contract`):
 
 * ``nvidia.com/gpu`` — whole GPUs.
 * ``gputopo.io/vgpu-core`` — percent of one GPU's compute (1–100).
 * ``gputopo.io/vgpu-memory`` — GPU memory in units of ``memory_unit_mib`` MiB (default
-  256: ``16`` = 4 GiB; see :data:`scheduler_extender.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`),
+  256: ``16`` = 4 GiB; see :data:`topology.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`),
   converted to MiB in the request.
 
 Per container the *limit* wins over the request (extended resources must have equal request
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from scheduler_extender.contract import (
+from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_MIN_UTILITY,
     ANN_PATTERN,

@@ -18,8 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: kube-scheduler's ``extenderv1.MaxExtenderPriority``.
-MAX_EXTENDER_PRIORITY = 10
+from topology.policies.scoring import MAX_SCORE
+
+#: kube-scheduler's ``extenderv1.MaxExtenderPriority`` (the scale node scores use).
+MAX_EXTENDER_PRIORITY = MAX_SCORE
 MIN_EXTENDER_PRIORITY = 0
 
 

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from scheduler_extender.contract import Assignment, assignment_annotations
 from topology import catalog
+from topology.contract import Assignment, assignment_annotations
 from topology.model import Topology, TopologyError
 from topology.policies.base import FULL_CORE, Decision, GPUUsage, NodeState
 from topology.serialization import loads

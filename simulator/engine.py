@@ -19,7 +19,7 @@ idle machines are one call). Among the groups that accept, the *node choice* rul
 (lowest node index inside a group); rules, by policy:
 
 * ``extender`` (gputopo, gaia, mapa-*): the extender's prioritize score,
-  :func:`scheduler_extender.scoring.node_score` (0–10 from the decision's quality relative to
+  :func:`topology.policies.scoring.node_score` (0–10 from the decision's quality relative to
   the node type's idle-node decision and the fragmentation it leaves); equal scores go to the
   higher unrounded score, then the fullest node (kube-scheduler would pick at random);
 * ``least-allocated`` (baseline, nvidia-best-effort): kube-scheduler's default scoring
@@ -41,7 +41,6 @@ import heapq
 import time
 from dataclasses import dataclass, field
 
-from scheduler_extender.scoring import W_FRAGMENTATION, W_QUALITY, node_score
 from simulator import SimulationError
 from simulator import runtime as rt
 from simulator.workloads import Job, Workload
@@ -52,6 +51,7 @@ from topology.policies.base import Decision, NodeState, NoFit, Request, RequestE
 from topology.policies.evaluate import ideal as ideal_decision
 from topology.policies.evaluate import place
 from topology.policies.registry import UnknownPolicy, get_policy
+from topology.policies.scoring import W_FRAGMENTATION, W_QUALITY, node_score
 
 NODE_CHOICES = ("extender", "least-allocated", "first-fit", "most-allocated", "utility")
 DEFAULT_NODE_CHOICE = {

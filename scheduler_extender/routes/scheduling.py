@@ -40,7 +40,7 @@ async def filter_nodes(request: Request, rt: RuntimeDep) -> Response:
     openapi_extra=body_doc(ExtenderArgs),
 )
 async def prioritize_nodes(request: Request, rt: RuntimeDep) -> Response:
-    """``[{"Host", "Score"}]``, 0–10 per node (see :mod:`scheduler_extender.scoring`)."""
+    """``[{"Host", "Score"}]``, 0–10 per node (see :mod:`topology.policies.scoring`)."""
     args = await read_body(request, ExtenderArgs)
     with timed(rt.metrics, "prioritize"):
         result = rt.extender.prioritize(args)

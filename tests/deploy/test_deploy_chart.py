@@ -26,7 +26,6 @@ from localcluster.chart import (
     render_scheduler_config,
     scheduler_config_from_manifests,
 )
-from scheduler_extender.contract import MANAGED_RESOURCES, RESOURCE_GPU
 from tests.deploy.helpers import (
     CUSTOM_TOPOLOGY,
     EXTENDER_DNS,
@@ -37,6 +36,7 @@ from tests.deploy.helpers import (
     tls_values,
 )
 from topology import catalog
+from topology.contract import MANAGED_RESOURCES, RESOURCE_GPU
 from topology.discovery.fake_nvml import FakeNVML
 from topology.policies.registry import get_policy
 

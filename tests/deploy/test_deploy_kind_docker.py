@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from scheduler_extender.contract import (
+from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
     MANAGED_RESOURCES,

@@ -25,7 +25,6 @@ import yaml
 from localcluster import Binaries, ControlPlane
 from localcluster.chart import render_manifests, render_scheduler_config
 from localcluster.controlplane import free_port, wait_until
-from scheduler_extender.contract import ANN_GPU_INDICES, ANN_NODE, ANN_PATTERN, parse_assignment
 from tests.deploy.helpers import (
     NODES,
     POD_NS,
@@ -38,6 +37,7 @@ from tests.deploy.helpers import (
     tls_values,
 )
 from topology import catalog
+from topology.contract import ANN_GPU_INDICES, ANN_NODE, ANN_PATTERN, parse_assignment
 from topology.serialization import dumps
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]

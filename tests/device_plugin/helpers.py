@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from device_plugin.pods import make_pod
-from scheduler_extender.contract import RESOURCE_GPU, assignment_annotations
+from topology.contract import RESOURCE_GPU, assignment_annotations
 from topology.model import Topology
 from topology.policies.base import Decision, NodeState, Request
 from topology.policies.evaluate import place

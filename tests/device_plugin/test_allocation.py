@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from device_plugin.allocation import Allocator
 from device_plugin.identity import ANN_ALLOCATED, IdentityError, parse_record
 from device_plugin.pods import MemoryPodSource, PodSourceError, make_pod
-from scheduler_extender.contract import (
+from tests.device_plugin.helpers import (
+    NODE,
+    FakeKubeletView,
+    InProcessKubelet,
+    bound_pod,
+    decide,
+)
+from topology import catalog
+from topology.contract import (
     ANN_CPU_AFFINITY,
     ANN_GPU_INDICES,
     ANN_GPU_UUIDS,
@@ -22,14 +30,6 @@ from scheduler_extender.contract import (
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
-from tests.device_plugin.helpers import (
-    NODE,
-    FakeKubeletView,
-    InProcessKubelet,
-    bound_pod,
-    decide,
-)
-from topology import catalog
 from topology.model import Topology
 from topology.policies.base import NodeState, Request
 
@@ -389,8 +389,8 @@ def test_grant_can_omit_device_nodes_missing_on_the_host() -> None:
     from pathlib import Path
 
     from device_plugin.response import grant
-    from scheduler_extender.contract import Assignment
     from topology import catalog
+    from topology.contract import Assignment
 
     topo = catalog.get("dgx1-v100")
     a = Assignment("n1", (0, 1), (topo.gpus[0].uuid, topo.gpus[1].uuid), "", (0,), 0.0)

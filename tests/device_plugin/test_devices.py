@@ -17,8 +17,8 @@ from device_plugin.devices import (
     memory_units,
     minor_numbers,
 )
-from scheduler_extender.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from topology import catalog
+from topology.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from topology.model import Topology
 
 

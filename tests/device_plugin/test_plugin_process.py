@@ -25,10 +25,10 @@ import pytest
 from device_plugin.api import api_pb2 as pb
 from device_plugin.identity import ANN_ALLOCATED, parse_record
 from localcluster.controlplane import free_port
-from scheduler_extender.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from tests.device_plugin.helpers import MACHINE, NODE, bound_pod, decide
 from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir, wait_for
 from topology import catalog, serialization
+from topology.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from topology.policies.base import NodeState, Request
 
 RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)

@@ -16,8 +16,8 @@ from device_plugin.publish import (
     node_metadata,
 )
 from device_plugin.settings import load_settings
-from scheduler_extender.contract import ANN_TOPOLOGY, LABEL_GPU_MODEL, LABEL_TOPOLOGY_CLASS
 from topology import catalog, serialization
+from topology.contract import ANN_TOPOLOGY, LABEL_GPU_MODEL, LABEL_TOPOLOGY_CLASS
 from topology.model import Topology
 
 

@@ -18,11 +18,11 @@ from kubernetes import client as k8s_client
 from device_plugin.identity import ANN_ALLOCATED, parse_record
 from localcluster import BinariesUnavailable, ControlPlane, find_binaries
 from localcluster.controlplane import wait_until
-from scheduler_extender.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from tests.device_plugin.helpers import bound_pod, decide
 from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
 from tests.device_plugin.test_plugin_process import gputopo_command
 from topology import catalog, serialization
+from topology.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from topology.policies.base import NodeState, Request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]

@@ -38,7 +38,11 @@ from localcluster.gpucluster import (
     pod_annotations,
     pod_node,
 )
-from scheduler_extender.contract import (
+from scheduler_extender.demo import make_stream
+from scheduler_extender.podspec import request_from_pod
+from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
+from topology import catalog, serialization
+from topology.contract import (
     ANN_CPU_AFFINITY,
     ANN_CUDA_VISIBLE_DEVICES,
     ANN_NUMA_NODES,
@@ -52,10 +56,6 @@ from scheduler_extender.contract import (
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
-from scheduler_extender.demo import make_stream
-from scheduler_extender.podspec import request_from_pod
-from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
-from topology import catalog, serialization
 from topology.model import Topology
 from topology.policies.evaluate import place
 

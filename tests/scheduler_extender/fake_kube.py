@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from scheduler_extender.contract import ANN_TOPOLOGY
 from scheduler_extender.kubernetes_state import TERMINATED_PHASES, ApiError
+from topology.contract import ANN_TOPOLOGY
 from topology.model import Topology
 from topology.serialization import dumps
 

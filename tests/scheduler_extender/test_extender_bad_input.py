@@ -7,7 +7,6 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler_extender.contract import ANN_TOPOLOGY
 from scheduler_extender.demo import node_object
 from scheduler_extender.state import MemoryState
 from tests.scheduler_extender.helpers import (
@@ -17,6 +16,7 @@ from tests.scheduler_extender.helpers import (
     names_args,
 )
 from topology import catalog
+from topology.contract import ANN_TOPOLOGY
 from topology.serialization import dumps
 
 NODES = ["gpu-node-00", "gpu-node-01"]

@@ -5,12 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler_extender.contract import (
-    ANN_GPU_INDICES,
-    ANN_GPU_UUIDS,
-    ANN_NODE,
-    parse_assignment,
-)
 from scheduler_extender.state import MemoryState
 from tests.scheduler_extender.helpers import (
     FIXTURE_NODES,
@@ -20,6 +14,12 @@ from tests.scheduler_extender.helpers import (
     make_client,
 )
 from topology import catalog
+from topology.contract import (
+    ANN_GPU_INDICES,
+    ANN_GPU_UUIDS,
+    ANN_NODE,
+    parse_assignment,
+)
 from topology.serialization import dumps
 
 FILTER_KEYS = {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}

@@ -9,11 +9,6 @@ from typing import Any
 
 import pytest
 
-from scheduler_extender.contract import (
-    ANN_GPU_INDICES,
-    OUTPUT_ANNOTATIONS,
-    assignment_annotations,
-)
 from scheduler_extender.extender import Extender
 from scheduler_extender.kubernetes_state import KubernetesState
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
@@ -21,6 +16,11 @@ from scheduler_extender.state import ClusterState, NodeTopologyError
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
 from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
 from topology import catalog
+from topology.contract import (
+    ANN_GPU_INDICES,
+    OUTPUT_ANNOTATIONS,
+    assignment_annotations,
+)
 from topology.policies.base import NodeState, Request
 from topology.policies.evaluate import place
 

@@ -1,4 +1,5 @@
-"""Node scores for ``POST /prioritize``: how good a node is for a pod, 0–10 — pure.
+"""Node scores: how good a node is for a pod, 0–10 — pure (the extender's ``POST /prioritize``
+and the simulator's node choice).
 
 A score mixes two terms, each in [0, 1]:
 
@@ -42,12 +43,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scheduler_extender.schemas import MAX_EXTENDER_PRIORITY
 from topology.model import Topology
 from topology.policies.bandwidth import pair_access_cost, preserved_bandwidth
 from topology.policies.base import FULL_CORE, Decision, NodeState, NoFit, Request
 from topology.policies.evaluate import ideal
 
+#: Highest node score: kube-scheduler's ``MaxExtenderPriority`` (k8s.io/kube-scheduler
+#: ``extender/v1``), the scale of a prioritize reply. The extender's wire schema uses it too.
+MAX_SCORE = 10
 #: Weights of the two terms.
 W_QUALITY = 0.7
 W_FRAGMENTATION = 0.3
@@ -252,6 +255,6 @@ def node_score(
     chosen = set(decision.gpus)
     free_after = [f for f in state.free_gpus(topology) if f not in chosen]
     frag = fragmentation(topology, free_after, t)
-    raw = MAX_EXTENDER_PRIORITY * (W_QUALITY * q + W_FRAGMENTATION * (1.0 - frag))
-    score = max(0, min(MAX_EXTENDER_PRIORITY, int(round(raw))))
+    raw = MAX_SCORE * (W_QUALITY * q + W_FRAGMENTATION * (1.0 - frag))
+    score = max(0, min(MAX_SCORE, int(round(raw))))
     return NodeScore(score, q, frag, kind)

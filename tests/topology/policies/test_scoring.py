@@ -1,5 +1,5 @@
-"""Prioritize scores: range, the ideal reference, Singular/Fragment preferences,
-fragmentation tables."""
+"""Node scores (topology.policies.scoring): range, the ideal reference, Singular/Fragment
+preferences, fragmentation tables."""
 
 from __future__ import annotations
 
@@ -8,12 +8,6 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler_extender.scoring import (
-    class_tables,
-    fragmentation,
-    node_score,
-)
-from tests.scheduler_extender.helpers import POLICY
 from tests.topology.strategies import states, topologies
 from topology import catalog
 from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
@@ -21,6 +15,12 @@ from topology.patterns import ring
 from topology.policies.bandwidth import preserved_bandwidth
 from topology.policies.base import GPUUsage, NodeState, NoFit, Request
 from topology.policies.evaluate import place
+from topology.policies.registry import DEFAULT_POLICY as POLICY
+from topology.policies.scoring import (
+    class_tables,
+    fragmentation,
+    node_score,
+)
 
 DGX = catalog.get("dgx1-v100")
 

@@ -1,8 +1,18 @@
 """The gputopo contract: resource names, annotation keys, and the assignment they encode.
 
-This module is pure (no Kubernetes client): the extender's bind writes
-:func:`assignment_annotations`; the device plugin reads them back with
-:func:`parse_assignment`. Both sides import the names from here so they cannot drift.
+This is what the two programs agree on, so it lives in the core that both import and neither
+owns (an import-linter contract keeps ``device_plugin`` and ``scheduler_extender`` from
+importing each other):
+
+* the device plugin advertises :data:`RESOURCE_GPU`, :data:`RESOURCE_VGPU_CORE` and
+  :data:`RESOURCE_VGPU_MEMORY`, and publishes the node's topology in :data:`ANN_TOPOLOGY`
+  (the document's schema and its parsing are :mod:`topology.serialization`: ``dumps`` on the
+  node, ``loads`` in the extender, versioned ``gputopo.io/v1``);
+* the extender reads the pod's input annotations (:data:`ANN_PATTERN` …), and its bind writes
+  :func:`assignment_annotations`;
+* the device plugin's Allocate reads them back with :func:`parse_assignment`.
+
+Pure: no Kubernetes client, no I/O.
 """
 
 from __future__ import annotations
