@@ -15,12 +15,12 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from scheduler_extender.extender import Extender
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.routes import binding, health, metrics, scheduling
 from scheduler_extender.routes.deps import Runtime, json_response
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import ClusterState
+from scheduler_extender.verbs import Extender
 
 log = logging.getLogger("gputopo.extender")
 
@@ -72,12 +72,12 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
         summary="Topology-aware GPU placement for kube-scheduler (filter, prioritize, bind).",
         version="1",
     )
+    counters = Metrics()
     extender = Extender(
-        state, settings.policy, None, budget_ms=settings.eval_budget_ms or None,
+        state, settings.policy, counters, budget_ms=settings.eval_budget_ms or None,
         workers=settings.eval_workers,
     )
-    rt = Runtime(extender=extender, metrics=Metrics())
-    rt.extender.metrics = rt.metrics
+    rt = Runtime(extender=extender, metrics=counters)
     app.state.runtime = rt
     app.state.settings = settings
     for r in (scheduling.router, binding.router, health.router, metrics.router):

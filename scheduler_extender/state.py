@@ -259,6 +259,21 @@ class AllocationBook:
             self._states[node] = hit
             return hit
 
+    def state_without(
+        self, node: str, keys: frozenset[str]
+    ) -> tuple[NodeState, tuple[tuple[int, int, int], ...], int]:
+        """Like :meth:`state`, as if the allocations of pods ``keys`` were gone from
+        ``node`` (what evicting them would leave). Computed from the records, not cached;
+        the live state is untouched."""
+        with self.lock:
+            usage: dict[int, GPUUsage] = {}
+            for a in self._by_node.get(node, {}).values():
+                if a.pod.key not in keys:
+                    apply_usage(usage, a)
+            st = NodeState(usage, self._unhealthy.get(node, frozenset()))
+        key = st.key()
+        return st, key, intern_state(key)
+
     def _touch(self, node: str) -> None:
         self._states.pop(node, None)
         if self._on_change is not None:
@@ -397,8 +412,12 @@ class ClusterState(Protocol):
         """Used GPUs of the node (confirmed allocations plus in-flight reservations)."""
         ...
 
-    def node_view(self, name: str) -> NodeView:
-        """Topology, state and state key in one call (the filter hot path)."""
+    def node_view(self, name: str, *, without: frozenset[str] = frozenset()) -> NodeView:
+        """Topology, state and state key in one call (the filter hot path).
+
+        ``without``: pod keys whose allocations are left out — the node as it would be once
+        they were evicted (preemption), without changing the live state.
+        """
         ...
 
     def reserve(self, pod_key: str, node: str, decision: Decision, *, pod: PodRef) -> None:
@@ -497,8 +516,12 @@ class BookedViews:
         """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
         return self.book.state(name)[0]
 
-    def node_view(self, name: str) -> NodeView:
-        """Topology and state of ``name`` (cached until either changes)."""
+    def node_view(self, name: str, *, without: frozenset[str] = frozenset()) -> NodeView:
+        """Topology and state of ``name`` (cached until either changes); ``without``: as if
+        the allocations of those pod keys were gone (not cached, live state untouched)."""
+        if without:
+            state, key, sid = self.book.state_without(name, without)
+            return NodeView.of(name, self.node_topology(name), state, key, sid)
         view = self._views.get(name)
         if view is not None:
             return view

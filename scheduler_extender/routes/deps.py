@@ -13,8 +13,8 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from scheduler_extender.extender import Extender
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.verbs import Extender
 
 
 @dataclass

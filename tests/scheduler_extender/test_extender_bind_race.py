@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from scheduler_extender.app import create_app
 from scheduler_extender.demo import http_client, serve
-from scheduler_extender.extender import Extender
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import MemoryState
+from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.helpers import POLICY, bind_args, gpu_pod, names_args
 from topology import catalog, contract
 from topology.contract import parse_assignment

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_extender.extender import Extender
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.state import MemoryState
+from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
 from topology import catalog
 from topology.policies.base import NodeState
@@ -39,9 +39,9 @@ def budgeted(request: pytest.FixtureRequest) -> Iterator[tuple[Extender, MemoryS
 
 
 def wait_idle(ext: Extender) -> None:
-    assert ext.evaluator is not None
+    assert ext.decider.workers is not None
     deadline = time.monotonic() + 60
-    while ext.evaluator.backlog():
+    while ext.decider.workers.backlog():
         if time.monotonic() > deadline:
             pytest.fail("evaluator did not drain")
         time.sleep(0.02)
@@ -49,7 +49,7 @@ def wait_idle(ext: Extender) -> None:
 
 def test_provisional_then_exact(budgeted: tuple[Extender, MemoryState]) -> None:
     ext, state = budgeted
-    if ext.evaluator is None:
+    if ext.decider.workers is None:
         pytest.skip("only workers finish decisions after the deadline")
     pod = gpu_pod("p", 3, annotations={"gputopo.io/pattern": "ring"})
     args = ExtenderArgs.model_validate(names_args(pod, [*NODES, "ghost"]))
@@ -114,14 +114,14 @@ def test_bind_is_always_exact(budgeted: tuple[Extender, MemoryState]) -> None:
 
 _CHILD = """
 import sys, time
-from scheduler_extender.extender import Extender
+from scheduler_extender.verbs import Extender
 from scheduler_extender.state import MemoryState
 ext = Extender(MemoryState.from_spec("dgx1-v100:1"), "baseline", budget_ms=5, workers=1)
-ext.evaluator.start()
+ext.decider.workers.start()
 deadline = time.monotonic() + 60
-while not ext.evaluator._pool._processes and time.monotonic() < deadline:
+while not ext.decider.workers._pool._processes and time.monotonic() < deadline:
     time.sleep(0.05)
-print(" ".join(str(p) for p in ext.evaluator._pool._processes), flush=True)
+print(" ".join(str(p) for p in ext.decider.workers._pool._processes), flush=True)
 time.sleep(600)
 """
 

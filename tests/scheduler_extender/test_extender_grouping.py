@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler_extender.extender import Extender
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.state import MemoryState, PodRef
+from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.helpers import gpu_pod, names_args
 from topology import catalog
 from topology.patterns import ring
@@ -32,13 +32,13 @@ def cluster() -> Iterator[tuple[Extender, MemoryState, list[int]]]:
     state.reserve("holder", "shared", share, pod=PodRef("default", "holder", "holder"))
     ext = Extender(state, "gputopo", Metrics())
     computed: list[int] = []
-    real = ext._compute
+    real = ext.decider._compute
 
     def counting(*a, **kw):  # type: ignore[no-untyped-def]
         computed.append(1)
         return real(*a, **kw)
 
-    ext._compute = counting  # type: ignore[method-assign]
+    ext.decider._compute = counting  # type: ignore[method-assign]
     yield ext, state, computed
     ext.close()
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from scheduler_extender.extender import Extender
 from scheduler_extender.kubernetes_state import KubernetesState
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.state import ClusterState, NodeTopologyError
+from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
 from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
 from topology import catalog

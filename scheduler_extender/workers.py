@@ -1,9 +1,10 @@
-"""Placement decisions computed in worker processes, so filter and prioritize can answer
-within a time budget.
+"""The decision layer's worker pool: placement decisions computed in worker processes, so
+filter and prioritize can answer within a time budget (:mod:`scheduler_extender.decision`
+hands them the misses).
 
 A decision for a node state never seen before runs the policy; on a 16-GPU machine the
 pattern search takes milliseconds, sometimes a hundred. Filter and prioritize hand such misses
-to this evaluator and wait for them until their deadline; whatever is not done by then gets a
+to this pool and wait for them until their deadline; whatever is not done by then gets a
 provisional answer, and the workers keep going, filling the caches for the next pods.
 
 Processes, not threads: the work is CPU-bound Python, and a thread would hold the GIL against
@@ -13,11 +14,12 @@ and feeds them by priority — the newest call first, within a call in the calle
 shares one job among every caller asking for the same key.
 
 Each worker process keeps its own decision cache (:func:`topology.policies.evaluate.place`)
-and per-class score tables; results come back as plain picklable values.
+and per-class score tables; results come back as :class:`WorkerResult` dataclasses.
 """
 
 from __future__ import annotations
 
+import enum
 import heapq
 import itertools
 import logging
@@ -27,33 +29,61 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
+
+from topology.model import Topology
+from topology.policies.base import Decision, NodeState, Request
+from topology.policies.scoring import NodeScore
 
 log = logging.getLogger("gputopo.extender")
 
 
-_TOPOLOGIES: dict[str, Any] = {}
+class Status(enum.Enum):
+    """How a worker's decision ended."""
+
+    OK = "ok"  #: decided (``WorkerResult.decision`` is set)
+    NO_FIT = "nofit"  #: the node cannot host the request (``message`` says why)
+    BAD_REQUEST = "bad-request"  #: the request is invalid for the policy (``RequestError``)
+    FAILED = "error"  #: the policy raised something else (a bug; ``message`` names it)
+
+
+@dataclass(frozen=True)
+class WorkerResult:
+    """What a worker sends back for one decision (plain picklable values).
+
+    Attributes:
+        status: how it ended.
+        decision: the decision (``Status.OK`` only).
+        score: its node score, or None when scoring failed (the caller scores it itself).
+        message: the reason (every other status).
+        seconds: compute time in the worker, s (for the caller's cost model).
+    """
+
+    status: Status
+    decision: Decision | None = None
+    score: NodeScore | None = None
+    message: str = ""
+    seconds: float = 0.0
+
+
+_TOPOLOGIES: dict[str, Topology] = {}
 
 
 def remote_decide(
-    policy: str, topology_json: str, state: Any, request: Any
-) -> tuple[Any, ...]:
+    policy: str, topology_json: str, state: NodeState, request: Request
+) -> WorkerResult:
     """Worker-side: decide and score (runs in a worker process).
 
     The topology travels as its annotation JSON (a string pickles in microseconds, the object
     graph in half a millisecond) and is parsed once per worker.
-
-    Returns:
-        ``("ok", decision, node_score, seconds)``, ``("nofit", reason, seconds)``,
-        ``("bad-request", message, seconds)`` or ``("error", message, seconds)`` — ``seconds``
-        is the compute time (for the caller's cost model).
     """
     start = time.perf_counter()
     out = _decide(policy, topology_json, state, request)
-    return (*out, time.perf_counter() - start)
+    return replace(out, seconds=time.perf_counter() - start)
 
 
-def _decide(policy: str, topology_json: str, state: Any, request: Any) -> tuple[Any, ...]:
+def _decide(policy: str, topology_json: str, state: NodeState, request: Request) -> WorkerResult:
     from topology.policies.base import NoFit, RequestError
     from topology.policies.evaluate import place
     from topology.policies.scoring import node_score
@@ -65,16 +95,16 @@ def _decide(policy: str, topology_json: str, state: Any, request: Any) -> tuple[
     try:
         decision = place(policy, topology, state, request)
     except NoFit as exc:
-        return ("nofit", str(exc))
+        return WorkerResult(Status.NO_FIT, message=str(exc))
     except RequestError as exc:
-        return ("bad-request", str(exc))
+        return WorkerResult(Status.BAD_REQUEST, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - reported to the caller
-        return ("error", f"{type(exc).__name__}: {exc}")
+        return WorkerResult(Status.FAILED, message=f"{type(exc).__name__}: {exc}")
     try:
-        score = node_score(policy, topology, state, request, decision)
+        score: NodeScore | None = node_score(policy, topology, state, request, decision)
     except Exception:  # noqa: BLE001 - the caller scores it itself
         score = None
-    return ("ok", decision, score)
+    return WorkerResult(Status.OK, decision=decision, score=score)
 
 
 def _clear() -> int:
@@ -141,7 +171,7 @@ class Job:
         return self.done.wait(timeout)
 
 
-class Evaluator:
+class WorkerPool:
     """Worker processes running :func:`remote_decide` jobs by priority.
 
     Args:
@@ -181,7 +211,7 @@ class Evaluator:
 
     def _ensure_started(self) -> None:
         if self._stopped:
-            raise RuntimeError("evaluator stopped")
+            raise RuntimeError("worker pool stopped")
         if self._pool is None:
             ctx = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(
@@ -190,7 +220,7 @@ class Evaluator:
             )
         if self._dispatcher is None or not self._dispatcher.is_alive():
             self._dispatcher = threading.Thread(target=self._dispatch, daemon=True,
-                                                name="gputopo-evaluator")
+                                                name="gputopo-workers")
             self._dispatcher.start()
 
     def clear_caches(self) -> None:
@@ -243,7 +273,7 @@ class Evaluator:
         to this call's priority only with ``reprioritize``.
 
         Returns:
-            The job, or None when the backlog is full or the evaluator is stopped.
+            The job, or None when the backlog is full or the pool is stopped.
         """
         job = self._inflight.get(key)
         if job is not None and (job.started or not reprioritize):
@@ -305,7 +335,7 @@ class Evaluator:
                 assert pool is not None
                 fut = pool.submit(remote_decide, *job.args)
             except Exception as exc:  # noqa: BLE001 - broken pool: recreate, fail this job
-                log.warning("evaluator pool failed (%s); restarting it", exc)
+                log.warning("worker pool failed (%s); restarting it", exc)
                 with self._cv:
                     self._pool = None
                     if not self._stopped:
@@ -326,7 +356,7 @@ class Evaluator:
             try:
                 job.result = job.on_result(result)
             except Exception as exc:  # noqa: BLE001
-                log.exception("evaluator result handler failed")
+                log.exception("worker result handler failed")
                 job.error = exc
         with self._cv:
             self._running -= 1

@@ -1,0 +1,203 @@
+"""Binding: which pod, decide again under the node's lock, reserve, bind, release on failure.
+
+:class:`Binder` is the extender's only writer of the cluster state. For one bind it
+
+1. checks the pod's identity (the ``PodUID`` against the live pod's) and finds its request:
+   the one filter parsed (:class:`RequestMemo`), else the pod fetched from the state backend;
+2. takes the per-node lock (:meth:`Binder.node_lock`) — two binds to one node never decide on
+   the same state;
+3. forgets a stale reservation of the same pod (a re-bind after a failed attempt);
+4. decides again on the node's current state (:meth:`Decider.decide_exact`, exact, no budget)
+   and *reserves* the decision (:meth:`ClusterState.reserve`, which refuses a GPU or share
+   already taken, even if two binds raced past the lock);
+5. outside the lock, asks the backend to write the assignment annotations and the Binding
+   (:meth:`ClusterState.bind`); on any failure it releases the reservation, so nothing is held.
+
+How the annotations and the Binding reach the API is the backend's business
+(:mod:`scheduler_extender.kubernetes_state`): making them one round trip changes that module
+only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from scheduler_extender.decision import Ask, BadRequest, Decider
+from scheduler_extender.metrics import Metrics
+from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
+from scheduler_extender.state import BindError, ClusterState, PodRef, ReservationConflict
+from topology.policies.base import Decision
+
+log = logging.getLogger("gputopo.extender")
+
+_MEMO_SIZE = 10_000
+
+
+class RequestMemo:
+    """The requests filter parsed, by pod UID (bounded, newest kept), so bind need not fetch
+    the pod again. Thread-safe."""
+
+    def __init__(self, size: int = _MEMO_SIZE) -> None:
+        self._size = size
+        self._d: OrderedDict[str, PodRequest | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, pod: PodRef, request: PodRequest | None) -> None:
+        """Keep ``request`` (None = a pass-through pod) for ``pod`` (ignored without a UID)."""
+        if not pod.uid:
+            return
+        with self._lock:
+            self._d[pod.uid] = request
+            self._d.move_to_end(pod.uid)
+            if len(self._d) > self._size:
+                self._d.popitem(last=False)
+
+    def get(self, uid: str) -> tuple[bool, PodRequest | None]:
+        """``(seen, request)`` for pod ``uid``."""
+        if uid and uid in self._d:
+            return True, self._d.get(uid)
+        return False, None
+
+
+@dataclass(frozen=True)
+class BindResult:
+    """How one bind ended.
+
+    Attributes:
+        error: "" when bound, else the reason (the wire reply's ``Error``); nothing is held.
+        kind: the failure class counted in ``gputopo_extender_bind_errors_total{reason}``
+            (``uid-mismatch``, ``unknown-pod``, ``bad-pod``, ``no-fit``, ``conflict``,
+            ``api``, ``internal``); "" when bound.
+        decision: what was bound (None for a pass-through pod or a failure).
+    """
+
+    error: str = ""
+    kind: str = ""
+    decision: Decision | None = None
+
+    @property
+    def ok(self) -> bool:
+        """The pod is bound."""
+        return not self.error
+
+
+class Binder:
+    """Bind pods over a :class:`ClusterState`, deciding with a :class:`Decider`.
+
+    Args:
+        state: the cluster state backend (reserve, bind, release).
+        decider: decides again on the node's current state.
+        memo: the requests filter parsed.
+        policy: the default policy (pods may pick another with ``gputopo.io/policy``).
+        metrics: where to count decisions and bind errors (optional).
+    """
+
+    def __init__(
+        self, state: ClusterState, decider: Decider, memo: RequestMemo, policy: str,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.state = state
+        self.decider = decider
+        self.memo = memo
+        self.policy = policy
+        self.metrics = metrics
+        self._node_locks: dict[str, threading.Lock] = {}
+        self._node_locks_lock = threading.Lock()
+
+    def node_lock(self, node: str) -> threading.Lock:
+        """The lock serialising binds to ``node``."""
+        lock = self._node_locks.get(node)
+        if lock is None:
+            with self._node_locks_lock:
+                lock = self._node_locks.setdefault(node, threading.Lock())
+        return lock
+
+    def _resolve_request(self, pod: PodRef) -> tuple[PodRequest | None, str]:
+        """The pod's request: from its filter call, else from the API; or why it is
+        unknown."""
+        seen, request = self.memo.get(pod.uid)
+        if seen:
+            return request, ""
+        obj = self.state.fetch_pod(pod.namespace, pod.name)
+        if obj is None:
+            return None, (
+                f"pod {pod} is unknown to the extender: no filter call was seen for it and "
+                f"the state backend cannot fetch it"
+            )
+        try:
+            _ns, _name, uid = pod_identity(obj)
+            if pod.uid and uid and uid != pod.uid:
+                return None, f"pod {pod} has UID {uid}, the bind names {pod.uid}"
+            return parse_pod(obj), ""
+        except PodSpecError as exc:
+            return None, f"pod {pod}: {exc}"
+
+    def bind(self, pod: PodRef, node: str) -> BindResult:
+        """Bind ``pod`` to ``node`` on the GPUs its policy picks there now.
+
+        Returns:
+            :class:`BindResult`: bound, or why not with nothing held.
+        """
+        known_uid = self.state.pod_uid(pod.namespace, pod.name)
+        if known_uid and pod.uid and known_uid != pod.uid:
+            return self._fail(
+                pod, node, f"PodUID {pod.uid} does not match the live pod's UID {known_uid}",
+                "uid-mismatch",
+            )
+        if not pod.uid and known_uid:
+            pod = PodRef(pod.namespace, pod.name, known_uid)
+        preq, why = self._resolve_request(pod)
+        if why:
+            return self._fail(pod, node, why, "unknown-pod")
+        if preq is None:  # pass-through pod: just bind
+            log.info("bind %s -> %s (no gputopo resources)", pod, node)
+            try:
+                self.state.bind(pod, node, None)
+            except BindError as exc:
+                return self._fail(pod, node, str(exc), "api")
+            return BindResult()
+        ask = Ask(preq.request, preq.policy or self.policy, pod.uid)
+        with self.node_lock(node):
+            view = self.decider.bind_view(node)
+            if self.state.allocation(pod.key) is not None:
+                # a re-bind (after a failed attempt): forget the stale record first
+                self.state.release(pod.key)
+                view = self.decider.bind_view(node)
+            try:
+                outcome = self.decider.decide_exact(ask, view)
+            except BadRequest as exc:
+                return self._fail(pod, node, str(exc), "bad-pod")
+            decision = outcome.decision
+            if decision is None:
+                return self._fail(pod, node, f"cannot bind: {outcome.reason}", "no-fit")
+            try:
+                self.state.reserve(pod.key, node, decision, pod=pod)
+            except ReservationConflict as exc:
+                return self._fail(pod, node, f"cannot reserve: {exc}", "conflict")
+        try:
+            self.state.bind(pod, node, decision)
+        except BindError as exc:
+            self.state.release(pod.key)
+            return self._fail(pod, node, str(exc), "api")
+        except Exception as exc:  # noqa: BLE001 - roll back whatever went wrong
+            self.state.release(pod.key)
+            log.exception("bind %s -> %s failed", pod, node)
+            return self._fail(pod, node, f"{type(exc).__name__}: {exc}", "internal")
+        if self.metrics is not None:
+            self.metrics.decisions.labels(policy=decision.policy).inc()
+        gpus = ",".join(str(g) for g in decision.gpus)
+        if decision.fractional:
+            what = f"gpu={gpus} share={decision.core_percent}%/{decision.memory_mib}MiB"
+        else:
+            what = f"gpus={gpus} effbw={decision.effective_bandwidth_gbps:.1f}GB/s"
+        log.info("bind %s -> %s %s policy=%s", pod, node, what, decision.policy)
+        return BindResult(decision=decision)
+
+    def _fail(self, pod: PodRef, node: str, reason: str, kind: str) -> BindResult:
+        if self.metrics is not None:
+            self.metrics.bind_errors.labels(reason=kind).inc()
+        log.warning("bind %s -> %s failed: %s", pod, node, reason)
+        return BindResult(error=reason, kind=kind)

@@ -1,0 +1,596 @@
+"""The decision layer: where a pod would go on each candidate node, and how good that is.
+
+One entry point, :meth:`Decider.decide`: an :class:`Ask` (the pod's placement request and the
+policy that decides it) and the candidate nodes in, one :class:`NodeDecision` per node out
+(an :class:`Outcome` — the decision or why not — and, for prioritize, the node's score). No
+HTTP, no wire types: :mod:`scheduler_extender.verbs` turns wire arguments into an ``Ask`` and
+the result into replies; :mod:`scheduler_extender.binding` asks :meth:`Decider.decide_exact`
+for the one node it binds to.
+
+How a call is answered (the hot path: filter and prioritize over hundreds of nodes):
+
+* each node's topology annotation is parsed once (:class:`TopologyCache`, keyed by the text);
+* nodes are grouped by ``(topology class, NodeState.key())`` — or, for a whole-GPU request to
+  a ``free_set_only`` policy, by ``(class, free-GPU mask)`` — and each group is decided once:
+  a decision is the same for every node of a group up to UUID labels;
+* the cheap exact part (no topology, too few GPUs, too little memory) is a *precheck*;
+* decisions come from :func:`topology.policies.evaluate.place` (cached per class) and scores
+  from :func:`topology.policies.scoring.node_score`, both kept in bounded caches keyed by
+  ``(policy, group, request)``;
+* with a time budget, misses go to the :class:`~scheduler_extender.workers.WorkerPool` (or are
+  decided in this thread when the :class:`_CostModel` says they fit); whatever is not done by
+  the deadline is *provisional*: it passes filter on capacity and scores 0.
+
+Deciding never changes the cluster state. Node state comes from the state backend
+(:meth:`ClusterState.node_view`); a :class:`Candidate` may name pods whose allocations to
+leave out (``without``), which evaluates the node as if they were gone without touching the
+live state — what preemption asks (kube-scheduler's ``ProcessPreemption``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from scheduler_extender.metrics import Metrics
+from scheduler_extender.state import (
+    ClusterState,
+    NodeTopologyError,
+    NodeView,
+    TopologyCache,
+    _Interner,
+)
+from scheduler_extender.workers import (
+    Dropped,
+    Job,
+    Status,
+    WorkerPool,
+    WorkerResult,
+    default_workers,
+)
+from topology.contract import ANN_TOPOLOGY
+from topology.model import Topology
+from topology.policies.base import Decision, NoFit, Request, RequestError
+from topology.policies.evaluate import place
+from topology.policies.registry import get_policy
+from topology.policies.scoring import NodeScore, node_score
+from topology.serialization import dumps
+
+log = logging.getLogger("gputopo.extender")
+
+_SPENT_SIZE = 10_000
+_GROUP_CACHE_SIZE = 65_536
+#: Jobs of one call pushed at the call's priority (the rest keep their queue position).
+_PRIORITY_JOBS = 64
+#: Each filter/prioritize call waits at least this long for uncached decisions.
+_MIN_SLICE_S = 0.001
+
+#: Which verb asks: filter starts the pod's time budget (and may learn unknown shapes in this
+#: thread), prioritize spends what filter left of it.
+Verb = Literal["filter", "prioritize"]
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What is decided: one pod's placement request under one policy.
+
+    Attributes:
+        request: the placement request (:mod:`scheduler_extender.podspec` builds it).
+        policy: the registered policy that decides it (the pod's ``gputopo.io/policy`` or the
+            extender's default).
+        pod_uid: the pod's UID ("" when unknown): filter and prioritize of one pod share its
+            time budget through it.
+    """
+
+    request: Request
+    policy: str
+    pod_uid: str = ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A node to decide on.
+
+    Attributes:
+        name: node name.
+        node: the ``v1.Node`` kube-scheduler sent (its topology annotation is read from it),
+            or None when only the name came (``nodeCacheCapable``: the state backend's view).
+        without: pod keys whose allocations on this node are left out of its state (the node
+            as it would be once they were evicted); empty = the live state.
+    """
+
+    name: str
+    node: Mapping[str, Any] | None = None
+    without: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of deciding a pod on a group of equal nodes.
+
+    Attributes:
+        decision: where the pod would go (None when it does not fit or is not known yet).
+        reason: why it does not fit.
+        unresolvable: preemption cannot help (no/invalid topology, node too small).
+        provisional: the decision was not ready within the time budget; the node has the
+            capacity, so filter lets it pass and prioritize scores it 0 for now.
+    """
+
+    decision: Decision | None
+    reason: str = ""
+    unresolvable: bool = False
+    provisional: bool = False
+
+    @property
+    def passes(self) -> bool:
+        """The node passes filter."""
+        return self.decision is not None or self.provisional
+
+
+@dataclass(frozen=True)
+class NodeDecision:
+    """One candidate's answer.
+
+    Attributes:
+        name: node name.
+        node: the Node object of the candidate (None when only the name came).
+        view: the node's topology and state the decision read.
+        outcome: the decision or why not.
+        score: 0–10 (:func:`topology.policies.scoring.node_score`; 0 when the pod does not
+            fit or the decision is provisional); None when not asked for (filter).
+    """
+
+    name: str
+    node: Mapping[str, Any] | None
+    view: NodeView
+    outcome: Outcome
+    score: int | None = None
+
+
+class BadRequest(Exception):
+    """The request is invalid for the policy (the policy's ``RequestError``): every node
+    would refuse it, so the pod, not a node, is at fault; ``str(exc)`` says why."""
+
+
+_PROVISIONAL = Outcome(None, provisional=True)
+_NEEDS_POLICY = Outcome(None, "needs the policy")
+
+
+class _CostModel:
+    """Running estimate of decision time per (policy, class, busy GPUs, request shape),
+    seconds.
+
+    The request thread decides a miss itself only when the estimate says it fits well within
+    the time left; unknown shapes go to the workers first (their times teach the model) or,
+    without workers, are learnt by filter while its time is ample. Every decision made here,
+    by the workers or by bind updates it.
+    """
+
+    def __init__(self) -> None:
+        self._est: dict[tuple[object, ...], float] = {}
+
+    @staticmethod
+    def key(policy: str, view: NodeView, request: Request) -> tuple[object, ...]:
+        busy = len(view.state.usage) + len(view.state.unhealthy)  # proxy of the search size
+        cls = view.group[0] if view.group else ""
+        return (policy, cls, busy, request.count, request.fractional)
+
+    def estimate(self, key: tuple[object, ...]) -> float | None:
+        return self._est.get(key)
+
+    def observe(self, key: tuple[object, ...], seconds: float) -> None:
+        old = self._est.get(key)
+        # keep the worse of the recent ones: this model guards the deadline
+        self._est[key] = seconds if old is None else max(seconds, 0.7 * old + 0.3 * seconds)
+
+
+class _LRU:
+    """A small thread-safe LRU map (reads are lock-free dict lookups)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[tuple[object, ...], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[object, ...]) -> Any:
+        return self._d.get(key)
+
+    def put(self, key: tuple[object, ...], value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            if len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+
+@dataclass
+class _Call:
+    """One :meth:`Decider.decide` call's fixed inputs."""
+
+    ask: Ask
+    rid: int
+    deadline: float | None
+    learn: bool
+    misses: dict[object, NodeView] = field(default_factory=dict)
+
+
+class Decider:
+    """Decisions and scores for :class:`Ask` s over a :class:`ClusterState` (thread-safe).
+
+    Args:
+        state: the cluster state backend (node topologies and states; read only here).
+        metrics: where to count provisional answers (optional).
+        budget_ms: time one pod's filter + prioritize may spend waiting for decisions not
+            cached yet; late ones are provisional and finish in the background for the next
+            pods. None = no budget: every decision is made before answering (exact,
+            deterministic; the default).
+        workers: worker processes for budgeted decisions (None = :func:`default_workers`;
+            0 = none: the request thread decides what its cost model says fits the budget,
+            and the rest stays provisional until a later call has the time).
+    """
+
+    def __init__(
+        self, state: ClusterState, metrics: Metrics | None = None,
+        budget_ms: float | None = None, workers: int | None = None,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.budget_s = budget_ms / 1000.0 if budget_ms else None
+        if workers is None:
+            workers = default_workers()
+        self.workers = WorkerPool(workers) if self.budget_s is not None and workers else None
+        if self.workers is not None:
+            self.workers.start()
+        self.topologies = TopologyCache()
+        self._requests = _Interner()  # request keys -> small ints (edge tuples hash slowly)
+        self._spent = _LRU(_SPENT_SIZE)  # pod uid -> seconds its filter waited
+        self._costs = _CostModel()
+        # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
+        self._outcomes = _LRU(_GROUP_CACHE_SIZE)
+        self._prechecks = _LRU(_GROUP_CACHE_SIZE)
+        self._scores = _LRU(_GROUP_CACHE_SIZE)
+        self._seen_topology: dict[str, Topology] = {}
+        self._class_json_cache: dict[str, str] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        """Stop the worker processes (if any)."""
+        if self.workers is not None:
+            self.workers.stop()
+
+    def clear_caches(self) -> None:
+        """Forget parsed topologies, cached outcomes and scores, here and in the workers
+        (cold-cache benchmarks, tests)."""
+        if self.workers is not None:
+            self.workers.clear_caches()
+        self.topologies.clear()
+        self._outcomes.clear()
+        self._prechecks.clear()
+        self._scores.clear()
+
+    # ------------------------------------------------------------------ the entry point
+    def decide(
+        self, ask: Ask, candidates: Sequence[Candidate], *, verb: Verb = "filter",
+        scored: bool = False,
+    ) -> list[NodeDecision]:
+        """Decide ``ask`` on every candidate, once per group of equal nodes.
+
+        Args:
+            ask: the pod's request and policy.
+            candidates: the nodes, in the caller's order.
+            verb: ``filter`` starts the pod's time budget, ``prioritize`` uses what is left
+                (no effect without a budget).
+            scored: fill ``NodeDecision.score`` (prioritize).
+
+        Returns:
+            One :class:`NodeDecision` per candidate, in order.
+
+        Raises:
+            BadRequest: the request is invalid for the policy.
+        """
+        start = time.monotonic()
+        deadline: float | None = None
+        if self.budget_s is not None:
+            if verb == "filter":
+                deadline = start + self.budget_s
+            else:
+                spent = self._spent.get((ask.pod_uid,)) or 0.0
+                deadline = start + max(self.budget_s - spent, _MIN_SLICE_S)
+        call = _Call(ask, self._requests(ask.request.key()), deadline, learn=verb == "filter")
+        rows = self._grouped(call, candidates)
+        if verb == "filter" and ask.pod_uid and self.budget_s is not None:
+            self._spent.put((ask.pod_uid,), time.monotonic() - start)
+        if not scored:
+            return rows
+        scores: dict[object, int] = {}
+        out = []
+        for row in rows:
+            group = row.view.group
+            if row.outcome.decision is None or group is None:
+                out.append(_with_score(row, 0))
+                continue
+            s = scores.get(group)
+            if s is None:
+                s = scores[group] = self._score(call, row.view, row.outcome)
+            out.append(_with_score(row, s))
+        return out
+
+    def decide_exact(self, ask: Ask, view: NodeView) -> Outcome:
+        """Decide ``ask`` on one node now, with no budget and no group cache (bind).
+
+        Raises:
+            BadRequest: the request is invalid for the policy.
+        """
+        started = time.perf_counter()
+        outcome = self._evaluate(ask.policy, view, ask.request)
+        self._costs.observe(
+            _CostModel.key(ask.policy, view, ask.request), time.perf_counter() - started
+        )
+        return outcome
+
+    def bind_view(self, name: str) -> NodeView:
+        """The state backend's view of ``name``, with the topology filter read from the
+        Node object when the backend has none (a node known only from kube-scheduler's
+        ``Nodes``)."""
+        view = self.state.node_view(name)
+        if isinstance(view.topology, NodeTopologyError) and name in self._seen_topology:
+            view = NodeView.of(name, self._seen_topology[name], view.state, view.state_key,
+                               view.state_id)
+        return view
+
+    # ------------------------------------------------------------------ grouping
+    def _view(self, c: Candidate, by_free: bool) -> NodeView:
+        """The candidate's view; ``by_free``: its variant grouped by free-GPU mask
+        (``NodeView.by_free``)."""
+        view = self.state.node_view(c.name, without=c.without) if c.without else (
+            self.state.node_view(c.name))
+        if c.node is not None:
+            meta = c.node.get("metadata")
+            ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+            text = ann.get(ANN_TOPOLOGY) if isinstance(ann, Mapping) else None
+            if isinstance(text, str):
+                topo = self.topologies.get(text)
+                if isinstance(topo, Topology):
+                    self._seen_topology[c.name] = topo
+                view = NodeView.of(c.name, topo, view.state, view.state_key, view.state_id)
+        if by_free and view.by_free is not None:
+            return view.by_free
+        return view
+
+    def _precheck(self, view: NodeView, request: Request) -> Outcome | None:
+        """The cheap, exact part of a decision: no/invalid topology, too few GPUs in total,
+        too little memory on any GPU, too few free GPUs (every policy refuses those:
+        ``common.check_capacity``). None when only the policy can tell."""
+        topo = view.topology
+        if isinstance(topo, NodeTopologyError):
+            return Outcome(None, str(topo), unresolvable=True)
+        if request.count > topo.size:
+            return Outcome(
+                None, f"node has {topo.size} GPUs; the pod asks for {request.count}", True
+            )
+        if request.fractional:
+            biggest = max(g.memory_mib for g in topo.gpus)
+            if request.memory_mib > biggest:
+                return Outcome(
+                    None,
+                    f"no GPU on the node has {request.memory_mib} MiB; the largest has "
+                    f"{biggest} MiB",
+                    True,
+                )
+            return None
+        free = len(view.state.free_gpus(topo))
+        if free < request.count:
+            return Outcome(
+                None, f"only {free} of {topo.size} GPUs free; the pod asks for {request.count}"
+            )
+        return None
+
+    def _evaluate(self, policy: str, view: NodeView, request: Request) -> Outcome:
+        """Decide ``request`` on one node (no state change, no cache of this class).
+
+        Raises:
+            BadRequest: the request is invalid for the policy (``RequestError``).
+        """
+        quick = self._precheck(view, request)
+        if quick is not None:
+            return quick
+        assert isinstance(view.topology, Topology)
+        try:
+            return Outcome(place(policy, view.topology, view.state, request))
+        except NoFit as exc:
+            return Outcome(None, str(exc))
+        except RequestError as exc:
+            raise BadRequest(str(exc)) from None
+        except Exception as exc:  # noqa: BLE001 - a policy bug must not kill the verb
+            log.exception("policy %s failed on node %s", policy, view.name)
+            return Outcome(None, f"policy {policy} failed: {type(exc).__name__}: {exc}")
+
+    def _compute(self, policy: str, view: NodeView, request: Request, rid: int) -> Outcome:
+        """Decide and score one group in this thread and cache both."""
+        start = time.perf_counter()
+        outcome = self._evaluate(policy, view, request)
+        if outcome.decision is not None and isinstance(view.topology, Topology):
+            try:
+                sc = node_score(policy, view.topology, view.state, request, outcome.decision)
+                self._scores.put((policy, view.group, rid), sc)
+            except Exception:  # noqa: BLE001 - prioritize will retry and report
+                log.exception("scoring failed on node %s", view.name)
+        self._outcomes.put((policy, view.group, rid), outcome)
+        self._costs.observe(_CostModel.key(policy, view, request), time.perf_counter() - start)
+        return outcome
+
+    def _grouped(self, call: _Call, candidates: Sequence[Candidate]) -> list[NodeDecision]:
+        """Decide every node once per group; uncached groups are decided inline (no budget)
+        or on the workers until the deadline, then provisional.
+
+        A whole-GPU request to a ``free_set_only`` policy groups nodes by free-GPU mask (its
+        decision and score read nothing else), any other request by full state."""
+        policy, request, rid = call.ask.policy, call.ask.request, call.rid
+        groups: dict[object, Outcome | None] = {}
+        rows: list[tuple[Candidate, NodeView, Outcome | None]] = []
+        by_free = get_policy(policy).keys_by_free_mask(request)
+        for c in candidates:
+            view = self._view(c, by_free)
+            group = view.group
+            if group is None:
+                rows.append((c, view, self._evaluate(policy, view, request)))
+                continue
+            if group in groups:
+                rows.append((c, view, groups[group]))
+                continue
+            outcome: Outcome | None = self._outcomes.get((policy, group, rid))
+            if outcome is None:
+                pkey = (group, rid)
+                pre = self._prechecks.get(pkey)
+                if pre is None:
+                    pre = self._precheck(view, request) or _NEEDS_POLICY
+                    self._prechecks.put(pkey, pre)
+                if pre is _NEEDS_POLICY:
+                    call.misses[group] = view
+                else:
+                    outcome = pre
+            groups[group] = outcome
+            rows.append((c, view, outcome))
+        resolved = self._resolve(call) if call.misses else {}
+        return [
+            NodeDecision(c.name, c.node, v, out if out is not None else resolved[v.group])
+            for c, v, out in rows
+        ]
+
+    def _resolve(self, call: _Call) -> dict[object, Outcome]:
+        policy, request, rid, deadline = call.ask.policy, call.ask.request, call.rid, call.deadline
+        # cheapest first: fewer free GPUs = smaller search (and best-fit candidates)
+        order = sorted(call.misses.values(), key=lambda v: (-len(v.state.usage), v.name))
+        out: dict[object, Outcome] = {}
+        if deadline is None:
+            for v in order:
+                out[v.group] = self._compute(policy, v, request, rid)
+            return out
+        jobs: list[tuple[NodeView, Job | None]] = [(v, None) for v in order]
+        if self.workers is not None:
+            pool_call = self.workers.new_call()
+            jobs = []
+            for i, v in enumerate(order):
+                job = self.workers.queued((policy, v.group, rid))
+                if job is None or (i < _PRIORITY_JOBS and not job.started):
+                    job = self.workers.submit(
+                        pool_call, i, (policy, v.group, rid),
+                        (policy, self._class_json(v.topology), v.state, request),
+                        self._absorb(policy, v, request, rid), reprioritize=i < _PRIORITY_JOBS,
+                    )
+                jobs.append((v, job))
+        # This thread decides the misses its cost model says fit in the time left (no IPC);
+        # the workers, if any, take the others. At the deadline what is left is provisional.
+        pending = []
+        inline = 0
+        for v, job in jobs:
+            if job is not None and job.done.is_set():
+                out[v.group] = self._take(policy, v, request, rid, job)
+                continue
+            left = deadline - time.monotonic()
+            est = self._costs.estimate(_CostModel.key(policy, v, request))
+            if est is None:
+                small = isinstance(v.topology, Topology) and v.topology.size <= 8
+                if small:
+                    est = 0.0  # small machines decide in about a millisecond
+                elif self.workers is None and call.learn and (
+                    inline == 0 or left > 0.5 * (self.budget_s or 0.0)
+                ):
+                    est = 0.0  # without workers filter learns unknown shapes while time is ample
+            if left > 0 and est is not None and est < 0.5 * left and (
+                job is None or self.workers is None or self.workers.claim(job)
+            ):
+                inline += 1
+                try:
+                    outcome = self._compute(policy, v, request, rid)
+                finally:
+                    if job is not None and self.workers is not None:
+                        self.workers.complete(job, self._outcomes.get((policy, v.group, rid)))
+                out[v.group] = outcome
+            else:
+                pending.append((v, job))
+        provisional = 0
+        for v, job in pending:
+            left = max(deadline - time.monotonic(), 0.0)
+            if job is not None and (job.done.is_set() or (left > 0 and job.wait(left))):
+                out[v.group] = self._take(policy, v, request, rid, job)
+            else:
+                out[v.group] = _PROVISIONAL
+                provisional += 1
+        if provisional and self.metrics is not None:
+            self.metrics.provisional.inc(provisional)
+        return out
+
+    # ------------------------------------------------------------------ workers
+    def _take(self, policy: str, v: NodeView, request: Request, rid: int, job: Job) -> Outcome:
+        """The outcome of a finished job (decided here if the worker failed; provisional if
+        the job was dropped unrun).
+
+        Raises:
+            BadRequest: the worker found the request invalid for the policy.
+        """
+        if isinstance(job.error, Dropped):
+            return _PROVISIONAL
+        if isinstance(job.result, BadRequest):
+            raise BadRequest(str(job.result))
+        if job.error is not None or not isinstance(job.result, Outcome):
+            return self._compute(policy, v, request, rid)
+        return job.result
+
+    def _class_json(self, topology: Topology | NodeTopologyError) -> str:
+        """Annotation JSON of the first topology seen of this class (sent to workers)."""
+        assert isinstance(topology, Topology)
+        key = topology.topology_class
+        text = self._class_json_cache.get(key)
+        if text is None:
+            text = self._class_json_cache.setdefault(key, dumps(topology))
+        return text
+
+    def _absorb(
+        self, policy: str, view: NodeView, request: Request, rid: int
+    ) -> Callable[[WorkerResult], Outcome | BadRequest]:
+        """The callback turning a worker's result into a cached :class:`Outcome` (+ score);
+        an invalid request comes back as a :class:`BadRequest` value, not cached."""
+
+        def absorb(result: WorkerResult) -> Outcome | BadRequest:
+            self._costs.observe(_CostModel.key(policy, view, request), result.seconds)
+            if result.status is Status.OK:
+                outcome = Outcome(result.decision)
+                if result.score is not None:
+                    self._scores.put((policy, view.group, rid), result.score)
+            elif result.status is Status.NO_FIT:
+                outcome = Outcome(None, result.message)
+            elif result.status is Status.BAD_REQUEST:
+                return BadRequest(result.message)  # not cached: the pod is bad
+            else:
+                outcome = Outcome(None, f"policy {policy} failed: {result.message}")
+            self._outcomes.put((policy, view.group, rid), outcome)
+            return outcome
+
+        return absorb
+
+    # ------------------------------------------------------------------ scores
+    def _score(self, call: _Call, view: NodeView, outcome: Outcome) -> int:
+        """0–10 for one group (0 when it cannot host the pod or its decision is
+        provisional); cached per class and state."""
+        if outcome.decision is None or not isinstance(view.topology, Topology):
+            return 0
+        policy, request = call.ask.policy, call.ask.request
+        key = (policy, view.group, call.rid)
+        hit: NodeScore | None = self._scores.get(key)
+        if hit is None:
+            hit = node_score(policy, view.topology, view.state, request, outcome.decision)
+            self._scores.put(key, hit)
+        return hit.score
+
+
+def _with_score(row: NodeDecision, score: int) -> NodeDecision:
+    return NodeDecision(row.name, row.node, row.view, row.outcome, score)
