@@ -54,7 +54,10 @@ from topology.contract import (
     assignment_annotations,
 )
 from topology.policies.base import NodeState, NoFit, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 OUT = Path(__file__).parent / "results" / "allocate.json"
 NODE = "bench-node"

@@ -155,7 +155,6 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
     from scheduler_extender.demo import serve
     from scheduler_extender.settings import ExtenderSettings
     from scheduler_extender.state import MemoryState
-    from topology.policies.evaluate import clear_cache
 
     logging.getLogger("gputopo.extender").setLevel(logging.ERROR)
     topo = machine(sc["machine"])
@@ -178,14 +177,7 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
 
     @bench.post("/_bench/clear")
     def clear() -> dict[str, bool]:
-        from topology.policies import scoring
-        from topology.policies.matching import clear_tables
-
-        clear_cache()
-        clear_tables()
-        rt.extender.clear_caches()
-        with scoring._tables_lock:
-            scoring._tables.clear()
+        rt.extender.clear_caches()  # decisions, scores, policy memo, workers' caches
         return {"cleared": True}
 
     @bench.get("/_bench/stats")

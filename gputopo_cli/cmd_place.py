@@ -11,7 +11,7 @@ from gputopo_cli.common import EXIT_NO_FIT, fail
 from topology.model import TopologyError
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import FULL_CORE, GPUUsage, NodeState, NoFit, Request, RequestError
-from topology.policies.evaluate import place as evaluate_place
+from topology.policies.evaluate import Evaluator
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
 
 
@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
         except (ValueError, PatternError, RequestError) as exc:
             fail(str(exc))
         try:
-            decision = evaluate_place(policy, topo, state, request)
+            decision = Evaluator().place(policy, topo, state, request)
         except NoFit as exc:
             fail(f"cannot place: {exc}", code=EXIT_NO_FIT)
         doc = decision.to_json()

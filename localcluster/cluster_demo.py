@@ -43,7 +43,7 @@ from scheduler_extender.demo import make_stream
 from scheduler_extender.podspec import request_from_pod
 from topology.model import Topology
 from topology.policies.base import NoFit, Request
-from topology.policies.evaluate import ideal
+from topology.policies.evaluate import Evaluator
 
 DEFAULT_NODES = "dgx1-v100:3,dgx-a100:1,pcie-8gpu:1"
 
@@ -91,14 +91,15 @@ def _settled(gc: GpuCluster, pods: dict[str, dict[str, Any]]) -> dict[str, str] 
 
 
 def _best_effbw(
-    policy: str, topologies: Iterable[Topology], request: Request, default: float
+    evaluator: Evaluator, policy: str, topologies: Iterable[Topology], request: Request,
+    default: float,
 ) -> float:
     """The highest EffBW ``policy`` reaches for ``request`` on an idle node of any of
     ``topologies`` (``default`` when none can host it)."""
     best = []
     for topo in topologies:
         try:
-            best.append(ideal(policy, topo, request).effective_bandwidth_gbps)
+            best.append(evaluator.ideal(policy, topo, request).effective_bandwidth_gbps)
         except NoFit:
             continue
     return max(best, default=default)
@@ -172,6 +173,7 @@ def run_cluster_demo(
              f"{'GPUs':<16} EffBW (GB/s, predicted)")
         sensitive: list[tuple[float, float, float]] = []  # got, best of its class, best here
         classes = {t.topology_class: t for t in gc.nodes.values()}
+        evaluator = Evaluator()
         for p in stream:
             sens = "yes" if p.sensitive else "no"
             pattern = p.pattern or "-"
@@ -193,8 +195,8 @@ def run_cluster_demo(
                 request = request_from_pod(p.manifest())
                 assert request is not None
                 got = a.effective_bandwidth_gbps
-                best = _best_effbw(policy, [gc.nodes[pl.node]], request, got)
-                anywhere = _best_effbw(policy, classes.values(), request, got)
+                best = _best_effbw(evaluator, policy, [gc.nodes[pl.node]], request, got)
+                anywhere = _best_effbw(evaluator, policy, classes.values(), request, got)
                 sensitive.append((got, best, anywhere))
 
         result.problems = booking_problems(live.values(), gc.nodes)

@@ -14,8 +14,9 @@ How a call is answered (the hot path: filter and prioritize over hundreds of nod
   a ``free_set_only`` policy, by ``(class, free-GPU mask)`` — and each group is decided once:
   a decision is the same for every node of a group up to UUID labels;
 * the cheap exact part (no topology, too few GPUs, too little memory) is a *precheck*;
-* decisions come from :func:`topology.policies.evaluate.place` (cached per class) and scores
-  from :func:`topology.policies.scoring.node_score`, both kept in bounded caches keyed by
+* decisions come from the decider's own :class:`~topology.policies.evaluate.Evaluator`
+  (cached per class, with the policies' per-class tables in its memo) and scores from
+  :func:`topology.policies.scoring.node_score`, both kept in bounded caches keyed by
   ``(policy, group, request)``;
 * with a time budget, misses go to the :class:`~scheduler_extender.workers.WorkerPool` (or are
   decided in this thread when the :class:`_CostModel` says they fit); whatever is not done by
@@ -56,7 +57,7 @@ from scheduler_extender.workers import (
 from topology.contract import ANN_TOPOLOGY
 from topology.model import Topology
 from topology.policies.base import Decision, NoFit, Request, RequestError
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
 from topology.policies.scoring import NodeScore, node_score
 from topology.serialization import dumps
@@ -225,6 +226,10 @@ class _Call:
 class Decider:
     """Decisions and scores for :class:`Ask` s over a :class:`ClusterState` (thread-safe).
 
+    Attributes:
+        evaluator: runs the policies; owns the decision cache and the policies' memo.
+        workers: the worker pool (None without a budget or with ``workers=0``).
+
     Args:
         state: the cluster state backend (node topologies and states; read only here).
         metrics: where to count provisional answers (optional).
@@ -249,6 +254,7 @@ class Decider:
         self.workers = WorkerPool(workers) if self.budget_s is not None and workers else None
         if self.workers is not None:
             self.workers.start()
+        self.evaluator = Evaluator()
         self.topologies = TopologyCache()
         self._requests = _Interner()  # request keys -> small ints (edge tuples hash slowly)
         self._spent = _LRU(_SPENT_SIZE)  # pod uid -> seconds its filter waited
@@ -271,6 +277,7 @@ class Decider:
         (cold-cache benchmarks, tests)."""
         if self.workers is not None:
             self.workers.clear_caches()
+        self.evaluator.clear()
         self.topologies.clear()
         self._outcomes.clear()
         self._prechecks.clear()
@@ -404,7 +411,7 @@ class Decider:
             return quick
         assert isinstance(view.topology, Topology)
         try:
-            return Outcome(place(policy, view.topology, view.state, request))
+            return Outcome(self.evaluator.place(policy, view.topology, view.state, request))
         except NoFit as exc:
             return Outcome(None, str(exc))
         except RequestError as exc:
@@ -419,7 +426,8 @@ class Decider:
         outcome = self._evaluate(policy, view, request)
         if outcome.decision is not None and isinstance(view.topology, Topology):
             try:
-                sc = node_score(policy, view.topology, view.state, request, outcome.decision)
+                sc = node_score(policy, view.topology, view.state, request, outcome.decision,
+                                evaluator=self.evaluator)
                 self._scores.put((policy, view.group, rid), sc)
             except Exception:  # noqa: BLE001 - prioritize will retry and report
                 log.exception("scoring failed on node %s", view.name)
@@ -587,7 +595,8 @@ class Decider:
         key = (policy, view.group, call.rid)
         hit: NodeScore | None = self._scores.get(key)
         if hit is None:
-            hit = node_score(policy, view.topology, view.state, request, outcome.decision)
+            hit = node_score(policy, view.topology, view.state, request, outcome.decision,
+                             evaluator=self.evaluator)
             self._scores.put(key, hit)
         return hit.score
 

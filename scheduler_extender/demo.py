@@ -48,7 +48,7 @@ from topology.contract import (
 from topology.patterns import parse_pattern
 from topology.policies.base import Request
 from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth, mapped_edges
-from topology.policies.evaluate import ideal
+from topology.policies.evaluate import Evaluator
 from topology.policies.registry import DEFAULT_POLICY, policies
 from topology.serialization import dumps
 
@@ -315,7 +315,7 @@ class _Scheduler:
 
 
 def _effbw(
-    state: MemoryState, p: DemoPod, node: str, reference: str
+    state: MemoryState, p: DemoPod, node: str, reference: str, evaluator: Evaluator
 ) -> tuple[tuple[int, ...], float, float, float]:
     """GPUs, EffBW (gputopo-v1, MAPA Eq. 2) of the bound pod, and the gputopo-v1 EffBW of
     ``reference``'s choice on an idle node of the class (the best achievable)."""
@@ -328,8 +328,8 @@ def _effbw(
         return d.gpus, 0.0, 0.0, 0.0
     pattern = parse_pattern(p.pattern, p.gpus)
     edges = mapped_edges(pattern, d.mapping)
-    best_d = ideal(reference, topo, Request(count=p.gpus, pattern=pattern,
-                                            bandwidth_sensitive=p.sensitive))
+    best_d = evaluator.ideal(reference, topo, Request(count=p.gpus, pattern=pattern,
+                                                      bandwidth_sensitive=p.sensitive))
     best = effective_bandwidth(topo, mapped_edges(pattern, best_d.mapping), MODEL_GPUTOPO)
     return (
         d.gpus,
@@ -362,6 +362,7 @@ def run_stream(
     settings = ExtenderSettings(policy=policy, state="memory", nodes=nodes, eval_budget_ms=0)
     app = create_app(settings, state)  # exact decisions: the demo is about placement quality
     result = RunResult(policy)
+    evaluator = Evaluator()  # the reference decisions (the extender keeps its own)
     say = echo or (lambda _line: None)
     running: list[tuple[int, DemoPod, str, tuple[int, ...]]] = []  # (end tick, pod, node, gpus)
     pending: list[tuple[int, DemoPod]] = []
@@ -392,7 +393,7 @@ def run_stream(
                     still.append((arrived, p))
                     continue
                 node, score = got
-                gpus, eff, eff_mapa, best = _effbw(state, p, node, reference)
+                gpus, eff, eff_mapa, best = _effbw(state, p, node, reference, evaluator)
                 pl = Placement(p, tick, node, gpus, eff, eff_mapa, score, tick - arrived, best)
                 result.placements.append(pl)
                 result.total_wait += tick - arrived

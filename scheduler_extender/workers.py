@@ -13,8 +13,8 @@ the 1,000-node filter time). A dispatcher thread keeps at most one job per worke
 and feeds them by priority — the newest call first, within a call in the caller's order — and
 shares one job among every caller asking for the same key.
 
-Each worker process keeps its own decision cache (:func:`topology.policies.evaluate.place`)
-and per-class score tables; results come back as :class:`WorkerResult` dataclasses.
+Each worker process keeps its own :class:`~topology.policies.evaluate.Evaluator` (decision
+cache, per-class tables); results come back as :class:`WorkerResult` dataclasses.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from typing import Any
 
 from topology.model import Topology
 from topology.policies.base import Decision, NodeState, Request
+from topology.policies.evaluate import Evaluator
 from topology.policies.scoring import NodeScore
 
 log = logging.getLogger("gputopo.extender")
@@ -67,7 +68,10 @@ class WorkerResult:
     seconds: float = 0.0
 
 
+#: A worker process's own parsed topologies and evaluator (decision cache, policy memo):
+#: this module is the runner inside each worker.
 _TOPOLOGIES: dict[str, Topology] = {}
+_EVALUATOR = Evaluator()
 
 
 def remote_decide(
@@ -85,7 +89,6 @@ def remote_decide(
 
 def _decide(policy: str, topology_json: str, state: NodeState, request: Request) -> WorkerResult:
     from topology.policies.base import NoFit, RequestError
-    from topology.policies.evaluate import place
     from topology.policies.scoring import node_score
     from topology.serialization import loads
 
@@ -93,7 +96,7 @@ def _decide(policy: str, topology_json: str, state: NodeState, request: Request)
     if topology is None:
         topology = _TOPOLOGIES[topology_json] = loads(topology_json)
     try:
-        decision = place(policy, topology, state, request)
+        decision = _EVALUATOR.place(policy, topology, state, request)
     except NoFit as exc:
         return WorkerResult(Status.NO_FIT, message=str(exc))
     except RequestError as exc:
@@ -101,17 +104,16 @@ def _decide(policy: str, topology_json: str, state: NodeState, request: Request)
     except Exception as exc:  # noqa: BLE001 - reported to the caller
         return WorkerResult(Status.FAILED, message=f"{type(exc).__name__}: {exc}")
     try:
-        score: NodeScore | None = node_score(policy, topology, state, request, decision)
+        score: NodeScore | None = node_score(policy, topology, state, request, decision,
+                                             evaluator=_EVALUATOR)
     except Exception:  # noqa: BLE001 - the caller scores it itself
         score = None
     return WorkerResult(Status.OK, decision=decision, score=score)
 
 
 def _clear() -> int:
-    """Forget the worker's decision cache (cold-cache benchmarks)."""
-    from topology.policies.evaluate import clear_cache
-
-    clear_cache()
+    """Forget the worker's decision cache and policy memo (cold-cache benchmarks)."""
+    _EVALUATOR.clear()
     return os.getpid()
 
 

@@ -12,7 +12,8 @@ hold but every such node's policy rejects — TOPO-AWARE-P's "utility below mini
 "out-of-order execution"); it is retried at the next event.
 
 **Placement** — exactly what the extender does for a pod: for every node, the policy is run
-through :func:`topology.policies.evaluate.place` (the same cached entry point), and one of the
+through :meth:`topology.policies.evaluate.Evaluator.place` (the same cached entry point; each
+run owns its evaluator), and one of the
 nodes that accept is chosen. Nodes of one type in one state get the same decision, so the
 engine keeps nodes grouped by ``(topology class, free mask)`` and asks once per group (1 000
 idle machines are one call). Among the groups that accept, the *node choice* rule picks one
@@ -48,8 +49,8 @@ from topology.model import Topology
 from topology.patterns import Pattern
 from topology.policies import amaral
 from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
-from topology.policies.evaluate import ideal as ideal_decision
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy
 from topology.policies.scoring import W_FRAGMENTATION, W_QUALITY, node_score
 
@@ -170,6 +171,9 @@ class Simulation:
         judge: the EffBW model every placement is scored with (:data:`runtime.JUDGES`).
         group_nodes: ask the policy once per ``(class, free mask)`` group (default); False asks
             every node, as the extender's filter does (cache hits), to time that path.
+        memo: the policies' per-class tables, shared on purpose by the runs of one
+            :func:`simulator.run.simulate` (None = this run's own). Each run owns its
+            :class:`~topology.policies.evaluate.Evaluator` (decisions, hit counts).
 
     Raises:
         SimulationError: unknown policy / rule / queue / judge, a job larger than a node, or a
@@ -178,7 +182,8 @@ class Simulation:
 
     def __init__(self, topology: Topology, nodes: int, workload: Workload, policy: str, *,
                  queue: str = "fifo", node_choice: str | None = None,
-                 judge: str = rt.JUDGES[0], group_nodes: bool = True) -> None:
+                 judge: str = rt.JUDGES[0], group_nodes: bool = True,
+                 memo: Memo | None = None) -> None:
         try:
             get_policy(policy)
         except UnknownPolicy as exc:
@@ -193,6 +198,7 @@ class Simulation:
                                   f"{', '.join(NODE_CHOICES)}")
         if judge not in rt.JUDGES:
             raise SimulationError(f"unknown EffBW model {judge!r}; use {' or '.join(rt.JUDGES)}")
+        self.evaluator = Evaluator(memo=memo)
         self.topology = topology
         self.n_nodes = nodes
         self.workload = workload
@@ -224,7 +230,7 @@ class Simulation:
                 continue
             seen[key] = req
             try:
-                ideal_decision(self.policy, self.topology, req)
+                self.evaluator.ideal(self.policy, self.topology, req)
             except NoFit as exc:
                 raise SimulationError(
                     f"job {job.id} ({job.gpus} GPUs): policy {self.policy} cannot place it even "
@@ -282,7 +288,8 @@ class Simulation:
             return (-round(a_cc * u.communication + a_b * u.interference, 9), free_before)
         # extender: the extender's own prioritize score (0-10), its unrounded value, then
         # the fullest node (kube-scheduler breaks equal scores at random; we stay deterministic)
-        ns = node_score(self.policy, self.topology, self._state(mask), req, decision)
+        ns = node_score(self.policy, self.topology, self._state(mask), req, decision,
+                        evaluator=self.evaluator)
         raw = W_QUALITY * ns.quality + W_FRAGMENTATION * (1.0 - ns.fragmentation)
         return (-ns.score, -round(raw, 9), free_before)
 
@@ -298,7 +305,8 @@ class Simulation:
             if mask.bit_count() < job.gpus:
                 continue
             try:
-                decision = place(self.policy, self.topology, self._state(mask), req)
+                decision = self.evaluator.place(self.policy, self.topology, self._state(mask),
+                                                req)
             except NoFit:
                 continue
             except RequestError as exc:
@@ -319,9 +327,7 @@ class Simulation:
             SimulationError: a policy handed out a busy GPU (a bug), or jobs are left that can
                 never be placed.
         """
-        from topology.policies import evaluate
-
-        evaluate.clear_cache()
+        self.evaluator.clear_decisions()
         wall0 = time.perf_counter()
         self._states: dict[int, NodeState] = {}
         self.masks = [self.full_mask] * self.n_nodes
@@ -393,7 +399,8 @@ class Simulation:
                                                 self.judge)
                 rec.effbw_eq2_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
                                                     rt.MODEL_MAPA)
-                rec.ideal_gbps = rt.ideal_effbw(self.topology, pattern, self.judge)
+                rec.ideal_gbps = rt.ideal_effbw(self.topology, pattern, self.judge,
+                                                self.evaluator.memo)
             rec.bandwidth_factor = rt.bandwidth_factor(rec.effbw_gbps, rec.ideal_gbps,
                                                        job.comm_share)
             prof = amaral.lookup_profile(job.profile) if (interference and job.profile) else None
@@ -465,13 +472,11 @@ class Simulation:
             raise SimulationError(
                 f"{len(queue)} job(s) could never be placed by {self.policy} (e.g. job "
                 f"{queue[0].id if queue else '?'})")
-        from topology.policies.evaluate import stats
-
         return RunResult(
             policy=self.policy, node_choice=self.rule,
             records=[records[j.id] for j in self.workload.jobs], timeline=timeline,
             total_gpus=self.size * self.n_nodes, wall_s=time.perf_counter() - wall0,
-            cache_hits=stats["hits"], cache_misses=stats["misses"],
+            cache_hits=self.evaluator.hits, cache_misses=self.evaluator.misses,
         )
 
     def _best_available(self, pattern: Pattern) -> float | None:
@@ -482,7 +487,7 @@ class Simulation:
             if mask.bit_count() < pattern.size:
                 continue
             free = tuple(g for g in range(self.size) if mask >> g & 1)
-            value = rt.best_effbw(self.topology, free, pattern, self.judge)
+            value = rt.best_effbw(self.topology, free, pattern, self.judge, self.evaluator.memo)
             if value is None:
                 return None
             best = max(best, value)

@@ -20,6 +20,7 @@ from simulator.report import write_all
 from simulator.runtime import JUDGES
 from simulator.workloads import Workload, load_workload
 from topology.model import Topology, TopologyError
+from topology.policies.memo import Memo
 from topology.sources import load_topology
 
 
@@ -87,8 +88,10 @@ def simulate(
     wl = workload if isinstance(workload, Workload) else load_workload(
         workload, seed=seed, nodes=nodes)
     n = nodes if nodes is not None else wl.default_nodes
+    memo = Memo()  # per-class tables shared by this simulation's runs (decisions are not)
     sims = [Simulation(topo, n, wl, p, queue=queue, node_choice=node_choice, judge=judge,
-                       group_nodes=group_nodes) for p in names]  # validates every input first
+                       group_nodes=group_nodes, memo=memo)
+            for p in names]  # validates every input first
     results: list[RunResult] = []
     for sim in sims:
         res = sim.run()

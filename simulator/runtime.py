@@ -40,6 +40,7 @@ from topology.policies.amaral import INTERFERENCE_K, Profile
 from topology.policies.bandwidth import all_pairs
 from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
 from topology.policies.matching import search
+from topology.policies.memo import Memo
 
 #: EffBW past which communication stops getting faster (MAPA Fig. 16), GB/s.
 B_SAT = 50.0
@@ -62,24 +63,24 @@ def judge_effbw(topology: Topology, pattern: Pattern, mapping: Sequence[int], mo
 
 @lru_cache(maxsize=4096)
 def best_effbw(topology: Topology, free: tuple[int, ...], pattern: Pattern,
-               model: str) -> float | None:
+               model: str, memo: Memo) -> float | None:
     """The highest judged EffBW any match of ``pattern`` in the GPUs ``free`` reaches (exhaustive
-    search, MAPA §3.3); None when the search would not be exhaustive (patterns > 8 GPUs or a
-    budget overflow); 0 for patterns without edges."""
+    search, MAPA §3.3, with the run's ``memo``); None when the search would not be exhaustive
+    (patterns > 8 GPUs or a budget overflow); 0 for patterns without edges."""
     if not pattern.edges:
         return 0.0
     if len(free) < pattern.size:
         return None
     result = search(topology, free, pattern, _OBJECTIVE[model],  # type: ignore[arg-type]
-                    budget=EXHAUSTIVE_BUDGET)
+                    memo=memo, budget=EXHAUSTIVE_BUDGET)
     if not result.exact:
         return None
     return result.best.effbw_gputopo if model == MODEL_GPUTOPO else result.best.effbw_mapa
 
 
-def ideal_effbw(topology: Topology, pattern: Pattern, model: str) -> float | None:
+def ideal_effbw(topology: Topology, pattern: Pattern, model: str, memo: Memo) -> float | None:
     """The best judged EffBW an idle node of this type offers the pattern (MAPA Fig. 4)."""
-    return best_effbw(topology, tuple(range(topology.size)), pattern, model)
+    return best_effbw(topology, tuple(range(topology.size)), pattern, model, memo)
 
 
 def bandwidth_factor(effbw: float, ideal: float | None, comm_share: float) -> float:

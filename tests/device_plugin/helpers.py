@@ -10,7 +10,10 @@ from device_plugin.pods import make_pod
 from topology.contract import RESOURCE_GPU, assignment_annotations
 from topology.model import Topology
 from topology.policies.base import Decision, NodeState, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 NODE = "n1"
 MACHINE = "dgx1-v100"

@@ -76,7 +76,9 @@ def test_whole_gpu_pod_gets_exactly_its_assignment_and_environment(topo: Topolog
 
 
 def test_preferred_allocation_is_the_schedulers_choice_not_the_first_free(topo: Topology) -> None:
-    from topology.policies.evaluate import place
+    from topology.policies.evaluate import Evaluator
+
+    place = Evaluator().place
 
     d = place("gputopo", topo, NodeState.whole([0]), Request(count=2))  # the default policy
     first_free = [g.uuid for g in topo.gpus[1:]]

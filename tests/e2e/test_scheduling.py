@@ -57,7 +57,10 @@ from topology.contract import (
     RESOURCE_VGPU_MEMORY,
 )
 from topology.model import Topology
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 # A cold build of the binaries can happen inside the first test: allow for it.
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]

@@ -12,8 +12,11 @@ from scheduler_extender.workers import Status, WorkerResult, remote_decide
 from topology import catalog
 from topology.patterns import ring
 from topology.policies.base import NodeState, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
 from topology.serialization import dumps
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 DGX = catalog.get("dgx1-v100")
 

@@ -15,7 +15,10 @@ from tests.scheduler_extender.helpers import gpu_pod, names_args
 from topology import catalog
 from topology.patterns import ring
 from topology.policies.base import NodeState, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 DGX = catalog.get("dgx1-v100")
 NODES = ["sick", "shared"]

@@ -22,7 +22,10 @@ from topology.contract import (
     assignment_annotations,
 )
 from topology.policies.base import NodeState, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 DGX = catalog.get("dgx1-v100")
 

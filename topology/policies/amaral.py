@@ -98,6 +98,7 @@ from topology.policies.common import (
     whole_decision,
 )
 from topology.policies.matching import arrangements
+from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 # ------------------------------------------------------------------------------ profiles
@@ -537,7 +538,7 @@ def _topo_aware(name: str, postpone: bool, topology: Topology, state: NodeState,
 
 @register("topo-aware", "Amaral SC'17 TOPO-AWARE: utility-driven recursive bi-partitioning "
           "(communication, interference, fragmentation)")
-def topo_aware(topology: Topology, state: NodeState, request: Request) -> Decision:
+def topo_aware(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """TOPO-AWARE (Amaral §4.4): the DRB mapping, placed whatever its utility.
 
     Raises:
@@ -549,7 +550,7 @@ def topo_aware(topology: Topology, state: NodeState, request: Request) -> Decisi
 
 @register("topo-aware-p", "Amaral SC'17 TOPO-AWARE-P: TOPO-AWARE that rejects a node while the "
           "utility is below the job's minimum (gputopo.io/min-utility)")
-def topo_aware_p(topology: Topology, state: NodeState, request: Request) -> Decision:
+def topo_aware_p(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """TOPO-AWARE-P (Amaral §4.4, Algorithm 1 with postponement).
 
     Raises:
@@ -561,7 +562,7 @@ def topo_aware_p(topology: Topology, state: NodeState, request: Request) -> Deci
 
 
 @register("fcfs", "Amaral SC'17 FCFS baseline: first free GPUs in index order", free_set_only=True)
-def fcfs(topology: Topology, state: NodeState, request: Request) -> Decision:
+def fcfs(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """FCFS (Amaral §5.2): the lowest-index free GPUs (a share: the lowest GPU with room).
 
     Raises:
@@ -578,7 +579,7 @@ def fcfs(topology: Topology, state: NodeState, request: Request) -> Decision:
 
 @register("best-fit", "Amaral SC'17 Best-Fit baseline: GPUs from the most used socket first",
           free_set_only=True)
-def best_fit(topology: Topology, state: NodeState, request: Request) -> Decision:
+def best_fit(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """Best Fit (Amaral §5.2): bin packing by CPU socket (module docstring).
 
     Raises:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from topology.model import Topology, format_cpu_list
 from topology.patterns import Pattern
+from topology.policies.memo import Memo
 
 #: One GPU's compute in vGPU-core units (percent of a GPU).
 FULL_CORE = 100
@@ -296,17 +297,23 @@ class Decision:
 
 
 class Policy(Protocol):
-    """A placement policy: pure ``(topology, state, request) -> Decision``.
+    """A placement policy: pure ``(topology, state, request, memo) -> Decision``.
+
+    ``memo`` (:class:`~topology.policies.memo.Memo`) is what the policy may remember per
+    topology class (MAPA's subset tables); the runner owns it. A policy that remembers
+    nothing ignores it.
 
     Raises:
         NoFit: the node cannot host the request (message = the reason).
         RequestError: the request is invalid for this topology.
     """
 
-    def __call__(self, topology: Topology, state: NodeState, request: Request) -> Decision: ...
+    def __call__(
+        self, topology: Topology, state: NodeState, request: Request, memo: Memo, /
+    ) -> Decision: ...
 
 
-PolicyFn = Callable[[Topology, NodeState, Request], Decision]
+PolicyFn = Callable[[Topology, NodeState, Request, Memo], Decision]
 
 
 def cpu_and_numa(topology: Topology, gpus: Iterable[int]) -> tuple[str, tuple[int, ...]]:

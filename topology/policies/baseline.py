@@ -11,11 +11,12 @@ from topology.policies.common import (
     shareable_gpus,
     whole_decision,
 )
+from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 
 @register("baseline", "lowest free GPU indices (the kubelet's own choice)", free_set_only=True)
-def baseline(topology: Topology, state: NodeState, request: Request) -> Decision:
+def baseline(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """Take the ``count`` lowest-index free GPUs; a fractional request takes the lowest-index
     GPU with room. Pattern vertex i goes to the i-th chosen GPU.
 

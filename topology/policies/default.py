@@ -29,6 +29,7 @@ from topology.policies.bandwidth import preserved_bandwidth
 from topology.policies.base import Candidate, Decision, NodeState, Request
 from topology.policies.common import MODEL_GPUTOPO, check_capacity, whole_decision
 from topology.policies.matching import search
+from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 NAME = "gputopo"
@@ -64,7 +65,7 @@ def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
 
 @register(NAME, "default: Gaia Fragment for shares, PreservedBW for 1 GPU, MAPA Preserve "
           "with a monotone EffBW model for multi-GPU", free_set_only=True)
-def gputopo(topology: Topology, state: NodeState, request: Request) -> Decision:
+def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """The default policy (see the module docstring for the reasoning).
 
     Args:
@@ -87,10 +88,10 @@ def gputopo(topology: Topology, state: NodeState, request: Request) -> Decision:
     free = check_capacity(topology, state, request)
     pattern = request.effective_pattern()
     if request.sensitive:
-        result = search(topology, free, pattern, "effbw-gputopo", "preserved")
+        result = search(topology, free, pattern, "effbw-gputopo", "preserved", memo=memo)
         why = "bandwidth-sensitive: highest EffBW (gputopo-v1), ties by PreservedBW"
     else:
-        result = search(topology, free, pattern, "preserved", "effbw-gputopo")
+        result = search(topology, free, pattern, "preserved", "effbw-gputopo", memo=memo)
         why = "insensitive: highest PreservedBW (MAPA Eq. 3), ties by EffBW"
     runner = None
     if result.runner_up is not None:

@@ -70,6 +70,7 @@ from topology.policies.common import (
     fractional_decision,
     whole_decision,
 )
+from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 NAME = "gaia"
@@ -694,7 +695,7 @@ def link(
 # ============================================================================ Algorithm 1
 @register(NAME, "Gaia: access-cost tree; Fragment for shares, Singular for 1 GPU, Link for more",
           free_set_only=True)
-def gaia(topology: Topology, state: NodeState, request: Request) -> Decision:
+def gaia(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """Gaia's scheduler (Gaia §III-B, Algorithm 1): dispatch on the requested amount m.
 
     0 < m < 1 → :func:`fragment` (Algorithm 2); m = 1 → :func:`singular` (Algorithm 3);

@@ -24,6 +24,7 @@ from topology.policies.common import (
     whole_decision,
 )
 from topology.policies.matching import Match, Objective, search
+from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 
@@ -39,14 +40,15 @@ def _runner_up(m: Match | None, effbw_attr: str) -> Candidate | None:
 
 
 def _mapa(
-    name: str, objective: Objective, topology: Topology, state: NodeState, request: Request
+    name: str, objective: Objective, topology: Topology, state: NodeState, request: Request,
+    memo: Memo,
 ) -> Decision:
     if request.fractional:
         gpu = shareable_gpus(topology, state, request)[0]
         return fractional_decision(name, topology, state, request, gpu,
                                    reason="fractional request: lowest-index GPU with room")
     free = check_capacity(topology, state, request)
-    result = search(topology, free, request.effective_pattern(), objective)
+    result = search(topology, free, request.effective_pattern(), objective, memo=memo)
     what = {"aggbw": "highest AggBW (Eq. 1)", "effbw-mapa": "highest predicted EffBW (Eq. 2)",
             "preserved": "highest PreservedBW (Eq. 3)"}.get(objective, objective)
     exact = "" if result.exact else "; pruned search"
@@ -59,18 +61,18 @@ def _mapa(
 
 @register("mapa-greedy", "MAPA Greedy: the pattern match with the highest AggBW (Eq. 1)",
           free_set_only=True)
-def mapa_greedy(topology: Topology, state: NodeState, request: Request) -> Decision:
+def mapa_greedy(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """MAPA Greedy: maximise AggBW (MAPA §3.4.1, Eq. 1) over every match of the pattern.
 
     Raises:
         NoFit: fewer free GPUs than requested (or no GPU with room for a share).
     """
-    return _mapa("mapa-greedy", "aggbw", topology, state, request)
+    return _mapa("mapa-greedy", "aggbw", topology, state, request, memo)
 
 
 @register("mapa-preserve", "MAPA Preserve (Algorithm 1): sensitive → max EffBW (Eq. 2), "
           "insensitive → max PreservedBW (Eq. 3)", free_set_only=True)
-def mapa_preserve(topology: Topology, state: NodeState, request: Request) -> Decision:
+def mapa_preserve(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """MAPA Preserve (MAPA §3.5.2, Algorithm 1): bandwidth-sensitive → the match with the
     highest predicted EffBW (Eq. 2, Table 2 θ); insensitive → the highest PreservedBW (Eq. 3).
 
@@ -78,4 +80,4 @@ def mapa_preserve(topology: Topology, state: NodeState, request: Request) -> Dec
         NoFit: fewer free GPUs than requested (or no GPU with room for a share).
     """
     objective: Objective = "effbw-mapa" if request.sensitive else "preserved"
-    return _mapa("mapa-preserve", objective, topology, state, request)
+    return _mapa("mapa-preserve", objective, topology, state, request, memo)

@@ -17,12 +17,14 @@ A subset's best arrangement does not depend on which other GPUs are free: AggBW 
 EffBW models are functions of the matched edges alone, and PreservedBW (Eq. 3) is the same for
 every arrangement of one subset. So for each (topology class, pattern, objectives) whose
 ``C(n, k) × arrangements`` fits :data:`TABLE_BUDGET` a :class:`SubsetTable` holds every
-k-subset of the machine with its best arrangement and scores, built once. A decision then only
-keeps the table rows inside the free mask (a vectorised bit test, in the same lexicographic
-order as ``itertools.combinations(free, k)``), computes PreservedBW for those rows when an
-objective needs it, and ranks them — exact, and the same ranking rule as the enumeration. On a
-16-GPU machine this is what makes a decision cost tens of microseconds instead of
-milliseconds, and it keeps rings of 6 on 16 GPUs exact where the per-decision budget pruned.
+k-subset of the machine with its best arrangement and scores, built once and kept in the
+runner's :class:`~topology.policies.memo.Memo` (with the class's link matrices). A
+decision then only keeps the table rows inside the free mask (a vectorised bit test, in the
+same lexicographic order as ``itertools.combinations(free, k)``), computes PreservedBW for
+those rows when an objective needs it, and ranks them — exact, and the same ranking rule as
+the enumeration. On a 16-GPU machine this is what makes a decision cost tens of microseconds
+instead of milliseconds, and it keeps rings of 6 on 16 GPUs exact where the per-decision
+budget pruned.
 
 :func:`search` is exact whenever ``exact`` is True in its result; the benchmark
 ``benchmarks/bench_matching.py`` measures the distance of the pruned search from the
@@ -36,11 +38,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from threading import Lock
 from typing import Any, Literal
 
 import numpy as np
@@ -55,6 +55,7 @@ from topology.policies.bandwidth import (
     effbw_mapa,
     link_class,
 )
+from topology.policies.memo import Memo
 
 Objective = Literal["aggbw", "effbw-mapa", "effbw-gputopo", "preserved"]
 
@@ -65,10 +66,6 @@ MAX_ENUM_VERTICES = 8
 #: Largest ``C(n, k) × arrangements`` for which a per-class :class:`SubsetTable` is built
 #: (once; about 0.3 s of numpy at the limit). Covers every pattern of up to 6 GPUs on 16 GPUs.
 TABLE_BUDGET = 1_000_000
-#: Rows kept across all cached tables (least recently used tables go first): at most
-#: (k + 5) × 8 bytes a row, so about 200 MB at the limit, typically a few MB (a 16-GPU
-#: machine's tables have at most 8,008 rows).
-TABLE_CACHE_ROWS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -139,16 +136,13 @@ def _arrangements_and_perms(
     return arr, perms
 
 
-_matrix_cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-
-def _matrices(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
+def _matrices(topology: Topology, memo: Memo) -> tuple[np.ndarray, np.ndarray]:
     """Bandwidth (GB/s) and Eq. 2 link-class matrices ``[n, n]`` of ``topology``'s class
-    (cached per class: every node of a class shares them, whatever its UUIDs)."""
-    key = topology.topology_class
-    hit = _matrix_cache.get(key)
-    if hit is not None:
-        return hit
+    (kept in ``memo`` per class: every node of a class shares them, whatever its UUIDs)."""
+    return memo.per_class("matching-matrices", topology, _build_matrices)
+
+
+def _build_matrices(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
     n = topology.size
     w = np.array(topology.bandwidth_matrix, dtype=np.float64)
     cls = np.full((n, n), 3, dtype=np.int64)
@@ -158,7 +152,7 @@ def _matrices(topology: Topology) -> tuple[np.ndarray, np.ndarray]:
                 cls[i, j] = link_class(topology.links[i][j].nvlinks)
     w.flags.writeable = False
     cls.flags.writeable = False
-    return _matrix_cache.setdefault(key, (w, cls))
+    return w, cls
 
 
 def _scores(
@@ -315,40 +309,28 @@ class SubsetTable:
     values: dict[str, np.ndarray]
 
 
-_tables: OrderedDict[tuple[object, ...], SubsetTable | None] = OrderedDict()
-_tables_rows = 0
-_tables_lock = Lock()
-
-
 def _rows(table: SubsetTable | None) -> int:
     return 0 if table is None else int(table.masks.shape[0])
 
 
 def subset_table(
-    topology: Topology, pattern: Pattern, objective: Objective, secondary: Objective | None
+    topology: Topology, pattern: Pattern, objective: Objective, secondary: Objective | None,
+    memo: Memo,
 ) -> SubsetTable | None:
     """The :class:`SubsetTable` of ``pattern`` on ``topology``'s class, or None when it would
     exceed :data:`TABLE_BUDGET` (or the pattern has more than :data:`MAX_ENUM_VERTICES`
-    vertices). Cached per (class, pattern edges, objective, secondary), at most
-    :data:`TABLE_CACHE_ROWS` rows in all; thread-safe."""
-    key = (topology.topology_class, pattern.size, pattern.edges, objective, secondary)
-    with _tables_lock:
-        if key in _tables:
-            _tables.move_to_end(key)
-            return _tables[key]
-    table = _build_table(topology, pattern, objective, secondary)
-    global _tables_rows
-    with _tables_lock:
-        if key not in _tables:
-            _tables[key] = table
-            _tables_rows += _rows(table)
-            while _tables_rows > TABLE_CACHE_ROWS and len(_tables) > 1:
-                _tables_rows -= _rows(_tables.popitem(last=False)[1])
-    return table
+    vertices). Kept in ``memo`` per (class, pattern edges, objective, secondary), at most
+    ``memo.max_rows`` rows in all (:meth:`Memo.bounded`); thread-safe."""
+    key = ("subset-table", topology.topology_class, pattern.size, pattern.edges, objective,
+           secondary)
+    return memo.bounded(
+        key, lambda: _build_table(topology, pattern, objective, secondary, memo), _rows
+    )
 
 
 def _build_table(
-    topology: Topology, pattern: Pattern, objective: Objective, secondary: Objective | None
+    topology: Topology, pattern: Pattern, objective: Objective, secondary: Objective | None,
+    memo: Memo,
 ) -> SubsetTable | None:
     n, k = topology.size, pattern.size
     if not 0 < k <= min(n, MAX_ENUM_VERTICES) or n > 62:  # masks are int64
@@ -357,7 +339,7 @@ def _build_table(
     n_arr = edge_pos.shape[0]
     if math.comb(n, k) * n_arr > TABLE_BUDGET:
         return None
-    w, cls = _matrices(topology)
+    w, cls = _matrices(topology, memo)
     subsets = _subset_iter(range(n), k)
     masks = (np.int64(1) << subsets).sum(axis=1, dtype=np.int64)
     arrangement = np.zeros(subsets.shape[0], dtype=np.int64)
@@ -391,10 +373,10 @@ def _best_arrangement(prim: np.ndarray, sec: np.ndarray, n_arr: int) -> np.ndarr
 
 def _search_table(
     topology: Topology, table: SubsetTable, free: Sequence[int], pattern: Pattern,
-    objective: Objective, secondary: Objective | None,
+    objective: Objective, secondary: Objective | None, memo: Memo,
 ) -> SearchResult:
     """:func:`search` through a :class:`SubsetTable` (exact)."""
-    w, _ = _matrices(topology)
+    w, _ = _matrices(topology, memo)
     fmask = 0
     for g in free:
         fmask |= 1 << g
@@ -433,15 +415,6 @@ def _search_table(
     return SearchResult(best, runner, True, int(sel.shape[0]))
 
 
-def clear_tables() -> None:
-    """Forget every :class:`SubsetTable` and per-class matrix (cold-cache benchmarks, tests)."""
-    global _tables_rows
-    with _tables_lock:
-        _tables.clear()
-        _tables_rows = 0
-        _matrix_cache.clear()
-
-
 def search(
     topology: Topology,
     free: Sequence[int],
@@ -449,6 +422,7 @@ def search(
     objective: Objective,
     secondary: Objective | None = None,
     *,
+    memo: Memo | None = None,
     budget: int = EXACT_BUDGET,
     table: bool = True,
 ) -> SearchResult:
@@ -462,6 +436,8 @@ def search(
         objective: what to maximise: ``aggbw`` (MAPA Eq. 1), ``effbw-mapa`` (Eq. 2),
             ``effbw-gputopo`` (monotone model) or ``preserved`` (Eq. 3).
         secondary: tie-breaker objective.
+        memo: where the class's matrices and subset tables are kept (the runner's; None = a
+            fresh one for this call: same result, built from scratch).
         budget: most (subset, arrangement) pairs to score exactly per decision.
         table: use the class's :class:`SubsetTable` when it fits :data:`TABLE_BUDGET`
             (exact; False forces the per-decision enumeration, for tests and benchmarks).
@@ -480,11 +456,13 @@ def search(
     free = sorted(free)
     if len(free) < k or k == 0:
         raise ValueError(f"{len(free)} free GPUs cannot host a {k}-GPU pattern")
+    if memo is None:
+        memo = Memo()
     if table:
-        tab = subset_table(topology, pattern, objective, secondary)
+        tab = subset_table(topology, pattern, objective, secondary, memo)
         if tab is not None:
-            return _search_table(topology, tab, free, pattern, objective, secondary)
-    w, cls = _matrices(topology)
+            return _search_table(topology, tab, free, pattern, objective, secondary, memo)
+    w, cls = _matrices(topology, memo)
     free_arr = np.array(free, dtype=np.int64)
     enum = k <= MAX_ENUM_VERTICES
     if enum:

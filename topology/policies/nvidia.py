@@ -56,6 +56,7 @@ from topology.policies.common import (
     shareable_gpus,
     whole_decision,
 )
+from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 NAME = "nvidia-best-effort"
@@ -263,7 +264,9 @@ def choose(topology: Topology, free: Sequence[int], size: int) -> tuple[tuple[in
 
 @register(NAME, "NVIDIA device plugin's best-effort preferred allocation (go-gpuallocator "
           "link scores, best partition of the free GPUs)", free_set_only=True)
-def nvidia_best_effort(topology: Topology, state: NodeState, request: Request) -> Decision:
+def nvidia_best_effort(
+    topology: Topology, state: NodeState, request: Request, memo: Memo
+) -> Decision:
     """go-gpuallocator's best-effort allocation reimplemented on our model (module docstring).
 
     Args:

@@ -8,7 +8,7 @@ A score mixes two terms, each in [0, 1]:
 **quality** — how good the GPUs the policy would take on this node are, for this kind of pod:
 
 * *bandwidth-sensitive, several GPUs*: ``EffBW(decision on this node) / EffBW(decision on an
-  idle node of the same class)`` (:func:`topology.policies.evaluate.ideal`; MAPA Fig. 4's
+  idle node of the same class)`` (:meth:`topology.policies.evaluate.Evaluator.ideal`; MAPA Fig. 4's
   "ideal" allocation), both by the policy's own EffBW model (MAPA Eq. 2 or gputopo-v1),
   clamped to [0, 1]. 1 = this node still offers the best placement the hardware allows.
 * *insensitive, several GPUs*: the PreservedBW the allocation destroys (MAPA Eq. 3),
@@ -30,14 +30,14 @@ any equally many GPUs of this class could be: ``1 − PB(free after) / max_{|S| 
 with ``k`` = number of free GPUs after the allocation (MAPA Eq. 3 for PB). 0 when ``k ≤ 1``.
 The per-class maxima (and minima, for the insensitive quality) are exact for up to
 :data:`EXACT_TABLE_GPUS` GPUs (every subset, vectorised) and greedy (peeling the
-least/most connected GPU) above; they are cached per topology class.
+least/most connected GPU) above; they are kept per topology class in the runner's
+:class:`~topology.policies.memo.Memo`.
 
 A node that cannot host the pod scores 0 (the caller's job).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,7 +46,8 @@ import numpy as np
 from topology.model import Topology
 from topology.policies.bandwidth import pair_access_cost, preserved_bandwidth
 from topology.policies.base import FULL_CORE, Decision, NodeState, NoFit, Request
-from topology.policies.evaluate import ideal
+from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
 
 #: Highest node score: kube-scheduler's ``MaxExtenderPriority`` (k8s.io/kube-scheduler
 #: ``extender/v1``), the scale of a prioritize reply. The extender's wire schema uses it too.
@@ -125,16 +126,15 @@ def _greedy_tables(bw: np.ndarray) -> tuple[list[float], list[float]]:
     return peel(True), peel(False)
 
 
-_tables: dict[str, ClassTables] = {}
-_tables_lock = threading.Lock()
+def class_tables(topology: Topology, memo: Memo | None = None) -> ClassTables:
+    """The :class:`ClassTables` of ``topology``'s class, kept in ``memo`` (computed once per
+    class; None = computed now and not kept)."""
+    if memo is None:
+        return _build_class_tables(topology)
+    return memo.per_class("score-tables", topology, _build_class_tables)
 
 
-def class_tables(topology: Topology) -> ClassTables:
-    """The :class:`ClassTables` of ``topology``'s class (computed once per class)."""
-    key = topology.topology_class
-    hit = _tables.get(key)
-    if hit is not None:
-        return hit
+def _build_class_tables(topology: Topology) -> ClassTables:
     n = topology.size
     bw = np.array(topology.bandwidth_matrix, dtype=np.float64)
     costs = [pair_access_cost(topology, a, b) for a in range(n) for b in range(a + 1, n)]
@@ -145,8 +145,6 @@ def class_tables(topology: Topology) -> ClassTables:
     else:
         gmax, gmin = _greedy_tables(bw)
         tables = ClassTables(tuple(gmax), tuple(gmin), max_cost, False, None)
-    with _tables_lock:
-        _tables[key] = tables
     return tables
 
 
@@ -195,14 +193,16 @@ def fragmentation(
 
 def quality(
     policy: str, topology: Topology, state: NodeState, request: Request, decision: Decision,
-    tables: ClassTables | None = None,
+    evaluator: Evaluator, tables: ClassTables | None = None,
 ) -> tuple[float, str]:
-    """The quality term in [0, 1] and the rule used (see the module docstring).
+    """The quality term in [0, 1] and the rule used (see the module docstring);
+    ``evaluator`` makes the idle-node reference decision, ``tables`` default to the class's
+    in its memo.
 
     Raises:
         UnknownPolicy: ``policy`` is not registered (for the idle-node reference).
     """
-    t = tables or class_tables(topology)
+    t = tables or class_tables(topology, evaluator.memo)
     free = state.free_gpus(topology)
     if request.fractional:
         g = decision.gpus[0]
@@ -219,7 +219,7 @@ def quality(
         return _isolation(topology, g, [f for f in free if f != g], t), "singular"
     if request.sensitive:
         try:
-            best = ideal(policy, topology, request).effective_bandwidth_gbps
+            best = evaluator.ideal(policy, topology, request).effective_bandwidth_gbps
         except NoFit:
             return 0.0, "bandwidth"
         if best <= 0:
@@ -236,7 +236,8 @@ def quality(
 
 
 def node_score(
-    policy: str, topology: Topology, state: NodeState, request: Request, decision: Decision
+    policy: str, topology: Topology, state: NodeState, request: Request, decision: Decision,
+    *, evaluator: Evaluator,
 ) -> NodeScore:
     """Score ``decision`` (made by ``policy`` on this node) 0–10.
 
@@ -246,12 +247,14 @@ def node_score(
         state: the node's used GPUs *before* the decision.
         request: the pod's request.
         decision: where the pod would go on this node.
+        evaluator: the runner's evaluator: it makes the idle-node reference decision and its
+            memo keeps the class's tables.
 
     Returns:
         ``round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))`` with its parts.
     """
-    t = class_tables(topology)
-    q, kind = quality(policy, topology, state, request, decision, t)
+    t = class_tables(topology, evaluator.memo)
+    q, kind = quality(policy, topology, state, request, decision, evaluator, t)
     chosen = set(decision.gpus)
     free_after = [f for f in state.free_gpus(topology) if f not in chosen]
     frag = fragmentation(topology, free_after, t)

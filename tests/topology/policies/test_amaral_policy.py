@@ -19,6 +19,7 @@ from topology.policies.base import (
     Request,
     RequestError,
 )
+from topology.policies.memo import Memo
 from topology.policies.registry import get_policy, policies
 
 MINSKY = catalog.get("minsky")
@@ -27,7 +28,7 @@ AMARAL = ["topo-aware", "topo-aware-p", "fcfs", "best-fit"]
 
 
 def run(policy: str, req: Request, busy=(), topo: Topology = MINSKY):
-    return get_policy(policy).fn(topo, NodeState.whole(busy), req)
+    return get_policy(policy).fn(topo, NodeState.whole(busy), req, Memo())
 
 
 def test_registered() -> None:
@@ -100,7 +101,7 @@ def test_fcfs_and_best_fit() -> None:
     assert d.gpus == (1, 2, 6, 7)
     share = Request(count=0, core_percent=30)
     state = NodeState({0: GPUUsage(50, 0), 1: GPUUsage(65, 0)})
-    assert get_policy("best-fit").fn(MINSKY, state, share).gpus == (1,)
+    assert get_policy("best-fit").fn(MINSKY, state, share, Memo()).gpus == (1,)
 
 
 def test_profiles() -> None:
@@ -138,7 +139,7 @@ def test_invariants(topo: Topology, data: st.DataObject) -> None:
     fn = get_policy(policy).fn
     free = state.free_gpus(topo)
     try:
-        d = fn(topo, state, req)
+        d = fn(topo, state, req, Memo())
     except NoFit as exc:
         if fractional:
             assert not any(state.used(g).core_percent + req.core_percent <= FULL_CORE
@@ -146,7 +147,7 @@ def test_invariants(topo: Topology, data: st.DataObject) -> None:
         elif len(free) >= req.count:
             assert policy == "topo-aware-p" and "below minimum" in str(exc)
         return
-    assert fn(topo, state, req) == d
+    assert fn(topo, state, req, Memo()) == d
     if not fractional:
         assert len(d.gpus) == req.count == len(set(d.gpus))
         assert set(d.gpus) <= set(free)
@@ -161,4 +162,4 @@ def test_topo_aware_p_never_rejects_an_idle_node(topo: Topology, data: st.DataOb
     k = data.draw(st.integers(1, topo.size))
     req = Request(count=k, pattern=data.draw(st.sampled_from([None, ring(k)])),
                   min_utility=data.draw(st.floats(0, 1)))
-    assert len(get_policy("topo-aware-p").fn(topo, NodeState(), req).gpus) == k
+    assert len(get_policy("topo-aware-p").fn(topo, NodeState(), req, Memo()).gpus) == k

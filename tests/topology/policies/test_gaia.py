@@ -19,6 +19,7 @@ from topology.patterns import ring
 from topology.policies import gaia as G
 from topology.policies.base import FULL_CORE, GPUUsage, NodeState, NoFit, Request, RequestError
 from topology.policies.common import fits_share
+from topology.policies.memo import Memo
 from topology.policies.registry import get_policy
 
 DGX = catalog.get("dgx1-v100")
@@ -63,7 +64,7 @@ GAIA4 = gaia_4gpu()
 
 
 def place(topo: Topology, state: NodeState, req: Request):
-    return G.gaia(topo, state, req)
+    return G.gaia(topo, state, req, Memo())
 
 
 # ============================================================================ the paper

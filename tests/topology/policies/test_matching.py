@@ -20,8 +20,11 @@ from topology.policies.matching import (
     search,
     subset_table,
 )
+from topology.policies.memo import Memo
 
 DGX = catalog.get("dgx1-v100")
+#: Tables kept across this module's hypothesis examples (the module owns them).
+TABLES = Memo()
 
 
 def _brute(topo: Topology, free: list[int], pattern: Pattern, objective: str) -> float:
@@ -110,7 +113,7 @@ def test_table_search_equals_enumeration_wherever_that_is_exact(data: st.DataObj
     enumerated = search(topo, free, pattern, objective, secondary, table=False)  # type: ignore[arg-type]
     if not enumerated.exact:
         return
-    tabled = search(topo, free, pattern, objective, secondary)  # type: ignore[arg-type]
+    tabled = search(topo, free, pattern, objective, secondary, memo=TABLES)  # type: ignore[arg-type]
     assert tabled.exact
     assert tabled.subsets_scored == enumerated.subsets_scored
     assert _same_match(tabled.best, enumerated.best)
@@ -136,22 +139,23 @@ def test_subset_table_is_shared_by_every_node_of_a_class() -> None:
 
     twin = replace(DGX, name="twin", gpus=tuple(
         replace(g, uuid=g.uuid.replace("GPU-", "GPU-1")) for g in DGX.gpus))
-    assert subset_table(DGX, ring(4), "effbw-gputopo", "preserved") is subset_table(
-        twin, ring(4), "effbw-gputopo", "preserved")
-    assert subset_table(catalog.get("mapa-torus-16"), ring(8), "effbw-gputopo", None) is None
-
-
-def test_table_cache_is_bounded_by_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    from topology.policies import matching
-
-    matching.clear_tables()
-    monkeypatch.setattr(matching, "TABLE_CACHE_ROWS", 600)
+    memo = Memo()
+    assert subset_table(DGX, ring(4), "effbw-gputopo", "preserved", memo) is subset_table(
+        twin, ring(4), "effbw-gputopo", "preserved", memo)
     torus = catalog.get("mapa-torus-16")
-    first = subset_table(torus, all_to_all(3), "aggbw", None)  # C(16,3) = 560 rows
+    assert subset_table(torus, ring(8), "effbw-gputopo", None, memo) is None
+    # another memo shares nothing
+    assert subset_table(DGX, ring(4), "effbw-gputopo", "preserved", Memo()) is not (
+        subset_table(DGX, ring(4), "effbw-gputopo", "preserved", memo))
+
+
+def test_table_cache_is_bounded_by_rows() -> None:
+    memo = Memo(max_rows=600)
+    torus = catalog.get("mapa-torus-16")
+    first = subset_table(torus, all_to_all(3), "aggbw", None, memo)  # C(16,3) = 560 rows
     assert first is not None and first.masks.shape[0] == 560
-    subset_table(torus, all_to_all(2), "aggbw", None)  # 120 more: the first is evicted
-    assert matching._tables_rows <= 600
-    again = subset_table(torus, all_to_all(3), "aggbw", None)
+    subset_table(torus, all_to_all(2), "aggbw", None, memo)  # 120 more: the first is evicted
+    assert memo.rows <= 600
+    again = subset_table(torus, all_to_all(3), "aggbw", None, memo)
     assert again is not first  # rebuilt
     assert np.array_equal(again.masks, first.masks)  # type: ignore[union-attr]
-    matching.clear_tables()

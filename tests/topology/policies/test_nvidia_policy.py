@@ -13,6 +13,7 @@ from topology import catalog
 from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.policies import nvidia
 from topology.policies.base import NodeState, NoFit, Request
+from topology.policies.memo import Memo
 from topology.policies.registry import get_policy
 
 DGX = catalog.get("dgx1-v100")
@@ -82,7 +83,8 @@ def reference_partition(topology: Topology, free: list[int], size: int):
 )
 def test_upstream_best_effort_cases(free: list[int], size: int, want: tuple[int, ...]) -> None:
     busy = [g for g in range(8) if g not in free]
-    d = get_policy("nvidia-best-effort").fn(UP, NodeState.whole(busy), Request(count=size))
+    d = get_policy("nvidia-best-effort").fn(UP, NodeState.whole(busy), Request(count=size),
+                                         Memo())
     assert d.gpus == want
 
 
@@ -100,11 +102,11 @@ def test_upstream_allocator_sequences(size: int, sequence: list[tuple[int, ...]]
     fn = get_policy("nvidia-best-effort").fn
     state = NodeState()
     for want in sequence:
-        d = fn(UP, state, Request(count=size, bandwidth_sensitive=False))
+        d = fn(UP, state, Request(count=size, bandwidth_sensitive=False), Memo())
         assert d.gpus == want
         state = state.with_allocation(d)
     with pytest.raises(NoFit):
-        fn(UP, state, Request(count=1))
+        fn(UP, state, Request(count=1), Memo())
 
 
 def test_pair_scores_follow_the_link_table() -> None:
@@ -143,9 +145,9 @@ def test_invariants(topo: Topology, data: st.DataObject) -> None:
     fn = get_policy("nvidia-best-effort").fn
     free = state.free_gpus(topo)
     try:
-        d = fn(topo, state, Request(count=k))
+        d = fn(topo, state, Request(count=k), Memo())
     except NoFit:
         assert len(free) < k
         return
     assert len(d.gpus) == k == len(set(d.gpus)) and set(d.gpus) <= set(free)
-    assert fn(topo, state, Request(count=k)) == d
+    assert fn(topo, state, Request(count=k), Memo()) == d

@@ -11,15 +11,19 @@ from topology import catalog
 from topology.model import Topology
 from topology.patterns import all_to_all, ring, tree
 from topology.policies.base import FULL_CORE, NodeState, NoFit, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy, policies
+
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+place = Evaluator().place
 
 DGX = catalog.get("dgx1-v100")
 ALL = ["baseline", "gaia", "mapa-greedy", "mapa-preserve", "gputopo"]
 
 
 def run(policy: str, req: Request, busy: tuple[int, ...] = (), topo: Topology = DGX):
-    return get_policy(policy).fn(topo, NodeState.whole(busy), req)
+    return get_policy(policy).fn(topo, NodeState.whole(busy), req, Memo())
 
 
 def test_registry_lists_every_policy_and_rejects_unknown() -> None:
@@ -125,7 +129,7 @@ def test_invariants_every_policy(topo: Topology, data: st.DataObject) -> None:
     fn = get_policy(policy).fn
     free = state.free_gpus(topo)
     try:
-        d = fn(topo, state, req)
+        d = fn(topo, state, req, Memo())
     except NoFit:
         if fractional:
             assert not any(
@@ -136,7 +140,7 @@ def test_invariants_every_policy(topo: Topology, data: st.DataObject) -> None:
         else:
             assert len(free) < req.count
         return
-    assert fn(topo, state, req) == d  # deterministic
+    assert fn(topo, state, req, Memo()) == d  # deterministic
     if fractional:
         (g,) = d.gpus
         after = state.with_allocation(d).used(g)
@@ -176,11 +180,11 @@ def test_free_set_only_policies_decide_from_the_free_gpus_alone(
     plain = NodeState.whole(g for g in range(topo.size) if g not in free)
     fn = get_policy(policy).fn
     try:
-        d = fn(topo, state, req)
+        d = fn(topo, state, req, Memo())
     except NoFit as exc:
         with pytest.raises(NoFit) as again:
-            fn(topo, plain, req)
+            fn(topo, plain, req, Memo())
         assert str(again.value) == str(exc)
         return
-    assert fn(topo, plain, req) == d
+    assert fn(topo, plain, req, Memo()) == d
     assert place(policy, topo, state, req) == place(policy, topo, plain, req) == d

@@ -14,7 +14,7 @@ from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.patterns import ring
 from topology.policies.bandwidth import preserved_bandwidth
 from topology.policies.base import GPUUsage, NodeState, NoFit, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
 from topology.policies.registry import DEFAULT_POLICY as POLICY
 from topology.policies.scoring import (
     class_tables,
@@ -22,11 +22,16 @@ from topology.policies.scoring import (
     node_score,
 )
 
+#: This module's own evaluator (decision cache and policy memo; nothing shared).
+EV = Evaluator()
+place = EV.place
+
 DGX = catalog.get("dgx1-v100")
 
 
 def score(state: NodeState, request: Request, topo: Topology = DGX, policy: str = POLICY) -> int:
-    return node_score(policy, topo, state, request, place(policy, topo, state, request)).score
+    return node_score(policy, topo, state, request, place(policy, topo, state, request),
+                      evaluator=EV).score
 
 
 @given(topo=topologies(2, 8), data=st.data())
@@ -42,7 +47,7 @@ def test_scores_stay_in_range(topo: Topology, data: st.DataObject) -> None:
             d = place(policy, topo, state, req)
         except NoFit:
             continue
-        s = node_score(policy, topo, state, req, d)
+        s = node_score(policy, topo, state, req, d, evaluator=EV)
         assert 0 <= s.score <= 10
         assert 0.0 <= s.quality <= 1.0 and 0.0 <= s.fragmentation <= 1.0
 
@@ -50,7 +55,7 @@ def test_scores_stay_in_range(topo: Topology, data: st.DataObject) -> None:
 def test_idle_node_is_the_reference_for_sensitive_jobs() -> None:
     req = Request(count=4, pattern=ring(4), bandwidth_sensitive=True)
     d = place(POLICY, DGX, NodeState(), req)
-    s = node_score(POLICY, DGX, NodeState(), req, d)
+    s = node_score(POLICY, DGX, NodeState(), req, d, evaluator=EV)
     assert s.kind == "bandwidth" and s.quality == 1.0
     # only the PCIe-separated half-pairs left: worse links, lower score
     poor = NodeState.whole([1, 3, 4, 6])  # free 0,2,5,7: no NV2 ring possible
