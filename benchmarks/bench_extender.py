@@ -151,8 +151,8 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
     import uvicorn
     from fastapi import APIRouter
 
+    from gputopo_cli.demo import serve
     from scheduler_extender.app import create_app, tune_gc
-    from scheduler_extender.demo import serve
     from scheduler_extender.settings import ExtenderSettings
     from scheduler_extender.state import MemoryState
 
@@ -236,7 +236,7 @@ def summarize(ms: list[float]) -> dict[str, float]:
 
 
 def run(sc: Scenario, policy: str, stream: int, cold_samples: int, seed: int) -> dict[str, Any]:
-    from scheduler_extender.demo import node_object
+    from gputopo_cli.demo import node_object
     from topology.serialization import dumps
 
     ctx = multiprocessing.get_context("spawn")

@@ -31,9 +31,9 @@ def register(app: typer.Typer) -> None:
         The first run may build the control-plane binaries from the Go module proxy (minutes);
         they are cached in ~/.cache/gputopo.
         """
+        from gputopo_cli.cluster_demo import run_cluster_demo
         from localcluster import BinariesUnavailable, ControlPlaneError, find_binaries
         from localcluster.chart import ChartError
-        from localcluster.cluster_demo import run_cluster_demo
         from scheduler_extender.state import NodesSpecError, parse_nodes_spec
         from topology.policies.registry import UnknownPolicy, get_policy
 

@@ -86,7 +86,7 @@ def register(app: typer.Typer) -> None:
         /prioritize and /bind as kube-scheduler would send them. The summary compares the
         predicted EffBW of the sensitive multi-GPU jobs with lowest-index placement.
         """
-        from scheduler_extender.demo import run_demo
+        from gputopo_cli.demo import run_demo
         from scheduler_extender.state import NodesSpecError, parse_nodes_spec
 
         try:

@@ -50,9 +50,7 @@ from device_plugin.publish import node_metadata
 from localcluster.chart import render_scheduler_config
 from localcluster.controlplane import ControlPlane, ControlPlaneError, free_port, wait_until
 from localcluster.process import ManagedProcess
-from scheduler_extender.demo import DemoPod
 from scheduler_extender.podspec import pod_resources
-from scheduler_extender.state import Allocation, PodRef, apply_usage
 from topology import catalog
 from topology.contract import (
     ANN_BW_SENSITIVE,
@@ -64,10 +62,11 @@ from topology.contract import (
     RESOURCE_VGPU_MEMORY,
     Assignment,
     AssignmentError,
+    node_state_of,
     parse_assignment,
 )
 from topology.model import Topology, format_cpu_list
-from topology.policies.base import FULL_CORE, GPUUsage, NodeState
+from topology.policies.base import FULL_CORE, NodeState
 
 SCHEDULER_NAME = "gputopo-scheduler"
 """The profile name of the chart's KubeSchedulerConfiguration (pods set it as schedulerName)."""
@@ -320,20 +319,6 @@ class GpuPod:
         """A share of one GPU."""
         return self.gpus == 0 and (self.core_percent > 0 or self.memory_mib > 0)
 
-    @classmethod
-    def from_demo(cls, pod: DemoPod, **fields: Any) -> GpuPod:
-        """The pod of ``gputopo demo``'s stream (:func:`scheduler_extender.demo.make_stream`):
-        its whole GPUs with pattern and sensitivity annotations when it asks for more than
-        one, or its share as ``vgpu-core`` (percent) and ``vgpu-memory`` (that share of
-        16 GiB, in MiB); ``fields`` override the rest."""
-        if pod.share:
-            return cls(pod.name, core_percent=round(pod.share * 100),
-                       memory_mib=round(pod.share * 16384), **fields)
-        if pod.gpus > 1:
-            return cls(pod.name, gpus=pod.gpus, pattern=pod.pattern, sensitive=pod.sensitive,
-                       **fields)
-        return cls(pod.name, gpus=pod.gpus, **fields)
-
     def limits(self) -> dict[str, str]:
         """The container's gputopo resource limits."""
         out: dict[str, str] = {}
@@ -428,11 +413,7 @@ def placement_of(pod: Mapping[str, Any]) -> Placement | None:
 def node_state(placements: Iterable[Placement], node: str) -> NodeState:
     """The used GPUs of ``node`` as the extender rebuilds them from these placements'
     annotations (whole GPUs: 100 % core; shares: summed)."""
-    usage: dict[int, GPUUsage] = {}
-    for pl in placements:
-        if pl.node == node:
-            apply_usage(usage, Allocation.from_assignment(PodRef("", pl.pod), node, pl.assignment))
-    return NodeState(usage)
+    return node_state_of(pl.assignment for pl in placements if pl.node == node)
 
 
 def booking_problems(

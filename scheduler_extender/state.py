@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 from topology import catalog
 from topology.contract import Assignment, assignment_annotations
 from topology.model import Topology, TopologyError
-from topology.policies.base import FULL_CORE, Decision, GPUUsage, NodeState
+from topology.policies.base import FULL_CORE, Decision, GPUUsage, NodeState, add_grant
 from topology.serialization import loads
 
 
@@ -183,15 +183,10 @@ intern_state = _Interner()
 
 
 def apply_usage(usage: dict[int, GPUUsage], alloc: Allocation) -> None:
-    """Add ``alloc`` to a usage map in place (whole GPUs: core 100; shares: summed)."""
-    for g in alloc.gpus:
-        u = usage.get(g, GPUUsage())
-        if alloc.fractional:
-            usage[g] = GPUUsage(
-                u.core_percent + alloc.core_percent, u.memory_mib + alloc.memory_mib
-            )
-        else:
-            usage[g] = GPUUsage(FULL_CORE, u.memory_mib)
+    """Add ``alloc`` to a usage map in place (whole GPUs: core 100; shares: summed;
+    :func:`topology.policies.base.add_grant`)."""
+    add_grant(usage, alloc.gpus, fractional=alloc.fractional,
+              core_percent=alloc.core_percent, memory_mib=alloc.memory_mib)
 
 
 def conflicts(

@@ -17,10 +17,10 @@ Pure: no Kubernetes client, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from topology.policies.base import Decision
+from topology.policies.base import Decision, GPUUsage, NodeState, add_grant
 
 # --- resources --------------------------------------------------------------------------
 RESOURCE_GPU = "nvidia.com/gpu"  # whole GPUs
@@ -116,6 +116,19 @@ def assignment_annotations(decision: Decision, node: str) -> dict[str, str]:
         ann[ANN_VGPU_CORE] = str(decision.core_percent)
         ann[ANN_VGPU_MEMORY] = str(decision.memory_mib)
     return ann
+
+
+def node_state_of(
+    assignments: Iterable[Assignment], unhealthy: frozenset[int] = frozenset()
+) -> NodeState:
+    """The used GPUs these assignments (of pods on one node) add up to — what the extender
+    rebuilds from the annotations after a restart (whole GPUs taken entirely; shares summed:
+    :func:`topology.policies.base.add_grant`)."""
+    usage: dict[int, GPUUsage] = {}
+    for a in assignments:
+        add_grant(usage, a.gpu_indices, fractional=a.fractional,
+                  core_percent=a.core_percent, memory_mib=a.memory_mib)
+    return NodeState(usage, unhealthy)
 
 
 def has_assignment(annotations: Mapping[str, str] | None) -> bool:

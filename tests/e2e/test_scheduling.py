@@ -23,6 +23,8 @@ from typing import Any
 import pytest
 
 from device_plugin.identity import ANN_ALLOCATED
+from gputopo_cli.cluster_demo import gpu_pod
+from gputopo_cli.demo import make_stream
 from localcluster import BinariesUnavailable, ControlPlane, ManagedProcess, find_binaries
 from localcluster.chart import find_helm
 from localcluster.controlplane import wait_until
@@ -38,7 +40,6 @@ from localcluster.gpucluster import (
     pod_annotations,
     pod_node,
 )
-from scheduler_extender.demo import make_stream
 from scheduler_extender.podspec import request_from_pod
 from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
 from topology import catalog, serialization
@@ -264,7 +265,7 @@ def _stream() -> list[GpuPod]:
     out: list[GpuPod] = []
     held = 0
     for d in make_stream(40, seed=7):
-        p = GpuPod.from_demo(d)
+        p = gpu_pod(d)
         held += p.gpus or 1
         if held > 15:
             return out

@@ -7,7 +7,7 @@ import json
 import pytest
 from fastapi.testclient import TestClient
 
-from scheduler_extender.demo import node_object
+from gputopo_cli.demo import node_object
 from scheduler_extender.state import MemoryState
 from tests.scheduler_extender.helpers import (
     bind_args,

@@ -10,8 +10,8 @@ import httpx
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gputopo_cli.demo import http_client, serve
 from scheduler_extender.app import create_app
-from scheduler_extender.demo import http_client, serve
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import MemoryState

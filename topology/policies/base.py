@@ -104,15 +104,35 @@ class NodeState:
         """The state after ``decision`` is allocated (whole GPUs or one GPU's share)."""
         usage = dict(self.usage)
         if decision.fractional:
-            g = decision.gpus[0]
-            u = usage.get(g, GPUUsage())
-            usage[g] = GPUUsage(
-                u.core_percent + decision.core_percent, u.memory_mib + decision.memory_mib
-            )
+            add_grant(usage, decision.gpus[:1], fractional=True,
+                      core_percent=decision.core_percent, memory_mib=decision.memory_mib)
         else:
-            for g in decision.gpus:
-                usage[g] = GPUUsage(FULL_CORE, usage.get(g, GPUUsage()).memory_mib)
+            add_grant(usage, decision.gpus, fractional=False)
         return replace(self, usage=usage)
+
+
+def add_grant(
+    usage: dict[int, GPUUsage], gpus: Iterable[int], *, fractional: bool,
+    core_percent: int = 0, memory_mib: int = 0,
+) -> None:
+    """Add what one pod holds on a node to a usage map, in place — the one rule for how
+    holdings add up on a GPU (decisions, the extender's allocation book, assignments read back
+    from annotations all use it).
+
+    Args:
+        usage: GPU index → :class:`GPUUsage`, changed in place.
+        gpus: the GPUs held (one for a share).
+        fractional: a share of the GPU (Gaia §III: vGPU-core percent and memory MiB add up)
+            rather than whole GPUs (taken entirely: core :data:`FULL_CORE`, memory as recorded).
+        core_percent: the share's vGPU-core, percent of the GPU.
+        memory_mib: the share's GPU memory, MiB.
+    """
+    for g in gpus:
+        u = usage.get(g, GPUUsage())
+        if fractional:
+            usage[g] = GPUUsage(u.core_percent + core_percent, u.memory_mib + memory_mib)
+        else:
+            usage[g] = GPUUsage(FULL_CORE, u.memory_mib)
 
 
 @dataclass(frozen=True)

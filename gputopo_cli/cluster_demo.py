@@ -7,7 +7,7 @@ Steps (each printed as it happens):
    (default: three DGX-1 V100, one DGX A100, one 8-GPU PCIe box);
 3. start ``gputopo extender --state kubernetes`` and kube-scheduler with the
    KubeSchedulerConfiguration the Helm chart renders (``gpucluster.scheduler_config``);
-4. create ``gputopo demo``'s seeded pod stream (:func:`scheduler_extender.demo.make_stream`: 1–5
+4. create ``gputopo demo``'s seeded pod stream (:func:`gputopo_cli.demo.make_stream`: 1–5
    GPUs with ring / tree / all-to-all patterns, sensitive or not, some 0.25–0.5 GPU shares) as
    Pods through the API (``kubectl create`` equivalents), all at once;
 5. wait (bounded) until every pod is bound, or kube-scheduler has reported why it cannot be;
@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from gputopo_cli.demo import DemoPod, make_stream
 from localcluster.binaries import Binaries
 from localcluster.controlplane import ControlPlane, wait_until
 from localcluster.gpucluster import (
@@ -39,13 +40,26 @@ from localcluster.gpucluster import (
     pod_node,
     scheduler_config,
 )
-from scheduler_extender.demo import make_stream
 from scheduler_extender.podspec import request_from_pod
 from topology.model import Topology
 from topology.policies.base import NoFit, Request
 from topology.policies.evaluate import Evaluator
 
 DEFAULT_NODES = "dgx1-v100:3,dgx-a100:1,pcie-8gpu:1"
+
+
+def gpu_pod(pod: DemoPod, **fields: Any) -> GpuPod:
+    """The :class:`GpuPod` of a pod of ``gputopo demo``'s stream
+    (:func:`gputopo_cli.demo.make_stream`): its whole GPUs with pattern and sensitivity
+    annotations when it asks for more than one, or its share as ``vgpu-core`` (percent) and
+    ``vgpu-memory`` (that share of 16 GiB, in MiB); ``fields`` override the rest."""
+    if pod.share:
+        return GpuPod(pod.name, core_percent=round(pod.share * 100),
+                      memory_mib=round(pod.share * 16384), **fields)
+    if pod.gpus > 1:
+        return GpuPod(pod.name, gpus=pod.gpus, pattern=pod.pattern, sensitive=pod.sensitive,
+                      **fields)
+    return GpuPod(pod.name, gpus=pod.gpus, **fields)
 
 
 @dataclass
@@ -132,7 +146,7 @@ def run_cluster_demo(
         TimeoutError: the pods did not settle within ``timeout_s``.
     """
     result = ClusterDemoResult()
-    stream = [GpuPod.from_demo(d) for d in make_stream(pods, seed)]
+    stream = [gpu_pod(d) for d in make_stream(pods, seed)]
     echo("binaries: " + ", ".join(
         path.parent.name for path in (binaries.etcd, binaries.kube_apiserver,
                                       binaries.kube_scheduler, binaries.kwok)))
