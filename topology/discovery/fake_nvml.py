@@ -188,7 +188,7 @@ class FakeNVML:
             TopologyError: ``src`` cannot be read.
         """
         try:
-            from topology.sources import load_topology  # type: ignore[import-not-found]
+            from topology.sources import load_topology
         except ModuleNotFoundError as exc:
             if exc.name not in ("topology.sources", "topology"):
                 raise
@@ -337,7 +337,7 @@ class FakeNVML:
     def nvmlDeviceGetNvLinkState(self, device: object, link: int) -> int:  # noqa: N802
         self._enter("nvmlDeviceGetNvLinkState")
         _, port = self._port(device, link)
-        return pynvml.NVML_FEATURE_ENABLED if port else pynvml.NVML_FEATURE_DISABLED
+        return int(pynvml.NVML_FEATURE_ENABLED if port else pynvml.NVML_FEATURE_DISABLED)
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, device: object, link: int) -> FakePciInfo:  # noqa: N802
         self._enter("nvmlDeviceGetNvLinkRemotePciInfo")

@@ -181,7 +181,8 @@ def _default_nvml() -> ModuleType:
         import pynvml
     except ImportError as exc:  # pragma: no cover - it is a declared dependency
         raise DiscoveryError(f"nvidia-ml-py (pynvml) is not installed: {exc}") from None
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def _const(nvml: Any, name: str, default: int) -> int:

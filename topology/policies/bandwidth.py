@@ -109,7 +109,7 @@ def effbw_gputopo(weights: Sequence[float]) -> float:
     if m == 0:
         return 0.0
     s = sum(w**GPUTOPO_P for w in weights) / m
-    return GPUTOPO_SCALE * (m**GPUTOPO_BETA) * s ** (1.0 / GPUTOPO_P)
+    return float(GPUTOPO_SCALE * (m**GPUTOPO_BETA) * s ** (1.0 / GPUTOPO_P))
 
 
 def aggregated_bandwidth(topology: Topology, edges: Sequence[tuple[int, int]]) -> float:

@@ -171,7 +171,7 @@ def _scores(
     x = (ec == 0).sum(axis=2).astype(np.float64)
     y = (ec == 1).sum(axis=2).astype(np.float64)
     z = (ec == 2).sum(axis=2).astype(np.float64)
-    eq2: np.ndarray = effbw_mapa(x, y, z)  # type: ignore[arg-type,assignment]  # elementwise
+    eq2: np.ndarray = effbw_mapa(x, y, z)  # type: ignore[assignment]  # elementwise
     pm = (np.power(ew, GPUTOPO_P).sum(axis=2) / m) ** (1.0 / GPUTOPO_P)
     gt = GPUTOPO_SCALE * (m**GPUTOPO_BETA) * pm
     return agg, eq2, gt
@@ -183,7 +183,8 @@ def _preserved(w: np.ndarray, free: np.ndarray, subsets: np.ndarray) -> np.ndarr
     total = wf.sum() / 2.0
     deg = w[:, free].sum(axis=1)  # each GPU's bandwidth to the free GPUs
     inner = w[subsets[:, :, None], subsets[:, None, :]].sum(axis=(1, 2)) / 2.0
-    return total - deg[subsets].sum(axis=1) + inner
+    out: np.ndarray = total - deg[subsets].sum(axis=1) + inner
+    return out
 
 
 def _objective_values(
@@ -355,7 +356,7 @@ def _build_table(
         prim = zeros if objective == "preserved" else _objective_values(
             objective, agg, eq2, gt, zeros[:, 0])
         sec = zeros if secondary in (None, "preserved") else _objective_values(
-            secondary, agg, eq2, gt, zeros[:, 0])  # type: ignore[arg-type]
+            secondary, agg, eq2, gt, zeros[:, 0])
         idx = _best_arrangement(prim, sec, n_arr)
         r = rows[: subs.shape[0]]
         arrangement[start : start + subs.shape[0]] = idx

@@ -240,7 +240,9 @@ def _greedy_partition(topology: Topology, free: list[int], size: int) -> list[tu
     return groups
 
 
-def choose(topology: Topology, free: Sequence[int], size: int) -> tuple[tuple[int, ...], list]:
+def choose(
+    topology: Topology, free: Sequence[int], size: int
+) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """The GPU set go-gpuallocator's best-effort policy returns, and the full groups of the
     best partition (for the runner-up).
 
