@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from device_plugin.allocation import Allocator, Inventory
-from device_plugin.devices import RESOURCES, minor_numbers
+from device_plugin.devices import RESOURCES, ResourceSpec, minor_numbers
 from device_plugin.health import HealthState, start_nvml_watch, start_xid_file_feeder
 from device_plugin.kubelet_view import KubeletView, NoKubeletView, PodResourcesClient
 from device_plugin.metrics import Metrics
@@ -32,7 +32,9 @@ from device_plugin.publish import (
 from device_plugin.registration import KubeletWatcher
 from device_plugin.server import DevicePluginServicer, ResourceServer
 from device_plugin.settings import DevicePluginSettings
+from topology.contract import RESOURCE_VGPU_MEMORY
 from topology.model import Topology, TopologyError
+from topology.sources import unknown_memory
 
 log = logging.getLogger("device_plugin")
 
@@ -63,27 +65,58 @@ def core_api(kubeconfig: Path | None, timeout_s: float = 10.0) -> Any:
 
 
 def open_nvml(settings: DevicePluginSettings) -> tuple[Any, Topology]:
-    """The NVML binding (fake or real) and the node's discovered topology.
+    """The NVML binding (fake or real) and the node's discovered topology, by the one path
+    of :func:`topology.discovery.source.open_node_gpus`.
 
-    On a fake node the topology keeps the source's name (so the published annotation equals
-    the catalog entry's); on a real node it is named after the Kubernetes node.
+    On a fake node the topology is exactly what ``gputopo topology show <fake_topology>
+    --output json`` prints (with the same ``--gpu-memory-mib``), discovered through the fake
+    NVML; on a real node it is named after the Kubernetes node.
 
     Raises:
-        PluginError: the fake topology cannot be read, or NVML discovery failed.
+        PluginError: the fake topology cannot be read, the fake NVML cannot impersonate it, or
+            NVML discovery failed.
     """
-    from topology.discovery.nvml import discover
+    from topology.discovery.source import open_node_gpus
 
     try:
-        if settings.fake_topology:
-            from topology.discovery.fake_nvml import FakeNVML
-
-            nvml: Any = FakeNVML.from_source(settings.fake_topology)
-            return nvml, discover(nvml)
-        import pynvml
-
-        return pynvml, discover(pynvml, name=settings.node_name)
+        gpus = open_node_gpus(
+            settings.fake_topology,
+            node_name=settings.node_name,
+            gpu_memory_mib=settings.gpu_memory_mib,
+        )
     except (TopologyError, OSError) as exc:
         raise PluginError(str(exc)) from None
+    return gpus.nvml, gpus.topology
+
+
+def advertised_resources(topology: Topology) -> tuple[ResourceSpec, ...]:
+    """The resources this node advertises: every one of :data:`RESOURCES`, except
+    ``gputopo.io/vgpu-memory`` when no GPU's memory is known (advertising it with zero devices
+    would look like a full node rather than an unknown one)."""
+    if unknown_memory(topology) == list(range(topology.size)):
+        return tuple(r for r in RESOURCES if r.kind != "memory")
+    return RESOURCES
+
+
+def memory_notice(topology: Topology, settings: DevicePluginSettings) -> str | None:
+    """The start-up line about GPU memory the plugin cannot know, None when it knows all."""
+    unknown = unknown_memory(topology)
+    if not unknown:
+        return None
+    source = settings.fake_topology or "NVML"
+    why = (
+        f"{source} gives no memory, the catalog does not know the GPU model "
+        f"{topology.gpus[unknown[0]].name or '(unnamed)'!s} and --gpu-memory-mib is not set"
+    )
+    if len(unknown) == topology.size:
+        return (
+            f"GPU memory unknown for every GPU ({why}): {RESOURCE_VGPU_MEMORY} is not "
+            "advertised; set --gpu-memory-mib (GPUTOPO_DP_GPU_MEMORY_MIB) to advertise it"
+        )
+    return (
+        f"GPU memory unknown for GPUs {','.join(map(str, unknown))} ({why}): they get no "
+        f"{RESOURCE_VGPU_MEMORY} devices; set --gpu-memory-mib to give them some"
+    )
 
 
 @dataclass
@@ -117,6 +150,7 @@ class DevicePlugin:
             # a test node (fake topology) has no /dev/nvidia*: optionally omit missing nodes
             device_exists=os.path.exists if s.omit_missing_device_nodes else None,
         )
+        self.resources = advertised_resources(self.topology)
         self.servers = [
             ResourceServer(
                 spec,
@@ -125,7 +159,7 @@ class DevicePlugin:
                     spec, self.inventory, self.allocator, self.metrics, self.stop_event
                 ),
             )
-            for spec in RESOURCES
+            for spec in self.resources
         ]
         self.watcher = KubeletWatcher(
             s.kubelet_socket,
@@ -142,7 +176,7 @@ class DevicePlugin:
         )
         self.health.on_change(self.publish_loop.kick)
         self._metrics_server: Any = None
-        for spec in RESOURCES:
+        for spec in self.resources:
             listing = self.inventory.listing(spec.name)
             self.metrics.devices.labels(spec.name).set(len(listing))
             self.metrics.healthy.labels(spec.name).set(sum(ok for _d, ok in listing))
@@ -201,6 +235,9 @@ class DevicePlugin:
         except OSError as exc:
             self.stop()
             raise PluginError(str(exc)) from None
+        notice = memory_notice(self.topology, s)
+        if notice:
+            log.warning("%s", notice)
         uuids = [g.uuid for g in self.topology.gpus]
         start_nvml_watch(self.nvml, uuids, self.health, self.stop_event)
         if s.fake_xid_file is not None:
@@ -214,7 +251,7 @@ class DevicePlugin:
             self.topology.size,
             self.topology.gpus[0].name,
             self.topology.topology_class,
-            ", ".join(r.name for r in RESOURCES),
+            ", ".join(r.name for r in self.resources),
         )
 
     def stop(self) -> None:

@@ -26,6 +26,11 @@ from device_plugin.api import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_S
 DEFAULT_VGPU_MEMORY_UNIT_MIB = 256
 #: Default Prometheus port (0 disables the endpoint).
 DEFAULT_METRICS_PORT = 9445
+#: Default time a GPU marked unhealthy must answer NVML normally before it is healthy again,
+#: seconds (an XID storm or a flapping GPU keeps resetting it; 0 = never recover).
+DEFAULT_HEALTH_RECOVERY_S = 300.0
+#: Default period of the health probe (one NVML query per GPU), seconds.
+DEFAULT_HEALTH_PROBE_INTERVAL_S = 5.0
 
 
 class SettingsError(ValueError):
@@ -63,8 +68,14 @@ class DevicePluginSettings(BaseSettings):
             the plugin creates one socket per resource in it).
         node_name: this node's Kubernetes name (required; Downward API ``NODE_NAME``).
         kubeconfig: kubeconfig file; unset = in-cluster service-account config.
-        fake_topology: a catalog machine name or a topology file: use the fake NVML fed by it
-            instead of the driver (test and demo nodes). Unset = real NVML.
+        fake_topology: a catalog machine name or a topology file (topology JSON/YAML, saved
+            ``nvidia-smi topo -m``): use the fake NVML fed by it instead of the driver (test
+            and demo nodes). Unset = real NVML. The node then publishes exactly what
+            ``gputopo topology show <it> --output json`` prints.
+        gpu_memory_mib: framebuffer size, MiB, of GPUs whose memory the source does not give
+            and the catalog does not know for their model (a ``nvidia-smi topo -m`` text
+            names neither). Unset and unknown: ``gputopo.io/vgpu-memory`` is not advertised
+            (said at start-up).
         metrics_port: Prometheus ``/metrics`` port on all interfaces; 0 disables it.
         metrics_host: address the metrics endpoint binds.
         vgpu_memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device (pods request memory
@@ -86,8 +97,15 @@ class DevicePluginSettings(BaseSettings):
             JSON file; annotation patches kept in ``PATH.patches.json``).
         node_sink: ``kubernetes`` (default), or, for tests only, ``file:PATH`` (the node's
             published annotations and labels are written there as JSON).
+        health_recovery_s: a GPU marked unhealthy (critical XID, failed NVML query) is
+            healthy again once NVML has answered normally for it for this long, seconds; 0 =
+            never (until the plugin restarts).
+        health_probe_interval_s: how often every GPU is queried through NVML (a failed query
+            marks it unhealthy; normal answers count towards recovery), seconds.
         fake_xid_file: tests only, with ``fake_topology``: a file the plugin polls; each new
-            line ``<gpu-index> <xid>`` is injected into the fake NVML as a critical XID.
+            line ``<gpu-index> <xid>`` is injected into the fake NVML as a critical XID, and
+            ``<gpu-index> lost`` / ``<gpu-index> ok`` make NVML queries on that GPU fail
+            (GPU is lost) / answer normally again.
         log_level: ``DEBUG`` | ``INFO`` | ``WARNING`` | ``ERROR``.
     """
 
@@ -105,6 +123,7 @@ class DevicePluginSettings(BaseSettings):
     ] = ""
     kubeconfig: Path | None = None
     fake_topology: str | None = None
+    gpu_memory_mib: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_METRICS_PORT
     metrics_host: str = "0.0.0.0"
     vgpu_memory_unit_mib: Annotated[int, Field(ge=1, le=1 << 20)] = DEFAULT_VGPU_MEMORY_UNIT_MIB
@@ -117,6 +136,10 @@ class DevicePluginSettings(BaseSettings):
     api_timeout_s: Annotated[float, Field(gt=0, le=300)] = 10.0
     pod_source: str = "kubernetes"
     node_sink: str = "kubernetes"
+    health_recovery_s: Annotated[float, Field(ge=0)] = DEFAULT_HEALTH_RECOVERY_S
+    health_probe_interval_s: Annotated[float, Field(gt=0, le=3600)] = (
+        DEFAULT_HEALTH_PROBE_INTERVAL_S
+    )
     fake_xid_file: Path | None = None
     log_level: str = "INFO"
 

@@ -37,7 +37,18 @@ def register(app: typer.Typer) -> None:
         ] = None,
         fake_topology: Annotated[
             str | None,
-            typer.Option(help="CATALOG|FILE: fake NVML fed by this topology (test nodes)"),
+            typer.Option(
+                help="CATALOG|FILE: fake NVML fed by this topology (catalog name, topology "
+                "JSON/YAML or saved `nvidia-smi topo -m`; test nodes)"
+            ),
+        ] = None,
+        gpu_memory_mib: Annotated[
+            str | None,
+            typer.Option(
+                help="MiB of GPUs whose memory the source does not give and the catalog does "
+                "not know (e.g. a `nvidia-smi topo -m` text); unset: such GPUs get no "
+                "gputopo.io/vgpu-memory"
+            ),
         ] = None,
         metrics_port: Annotated[
             str | None, typer.Option(help="Prometheus port, 0 = off (default: 9445)")
@@ -64,6 +75,16 @@ def register(app: typer.Typer) -> None:
                 help="leave out /dev/nvidia* nodes absent on the host (test nodes, e.g. kind)",
             ),
         ] = None,
+        health_recovery: Annotated[
+            str | None,
+            typer.Option(
+                help="seconds an unhealthy GPU must answer NVML normally before it is healthy "
+                "again; 0 = never (default: 300)"
+            ),
+        ] = None,
+        health_probe_interval: Annotated[
+            str | None, typer.Option(help="seconds between NVML health probes (default: 5)")
+        ] = None,
         publish_interval: Annotated[
             str | None, typer.Option(help="seconds between topology re-publications (default: 60)")
         ] = None,
@@ -83,7 +104,8 @@ def register(app: typer.Typer) -> None:
         fake_xid_file: Annotated[
             str | None,
             typer.Option(
-                hidden=True, help="lines '<index> <xid>' injected into the fake NVML (tests)"
+                hidden=True,
+                help="lines '<index> <xid>|lost|ok' injected into the fake NVML (tests)",
             ),
         ] = None,
         watch_interval: Annotated[
@@ -106,6 +128,9 @@ def register(app: typer.Typer) -> None:
             "node_name": node_name,
             "kubeconfig": kubeconfig,
             "fake_topology": fake_topology,
+            "gpu_memory_mib": gpu_memory_mib,
+            "health_recovery_s": health_recovery,
+            "health_probe_interval_s": health_probe_interval,
             "metrics_port": metrics_port,
             "metrics_host": metrics_host,
             "vgpu_memory_unit_mib": vgpu_memory_unit_mib,

@@ -17,8 +17,14 @@ def render_model(topo: Topology) -> str:
     GPU's NUMA node and CPUs."""
     n = topo.size
     head = "      " + "".join(f"GPU{j:<4}" for j in range(n)) + "NUMA  CPU affinity"
+    memories = {g.memory_mib for g in topo.gpus}
+    memory = (
+        "memory unknown" if memories == {0}
+        else f"{memories.pop()} MiB" if len(memories) == 1
+        else "memory " + "/".join(str(g.memory_mib or "?") for g in topo.gpus) + " MiB"
+    )
     lines = [
-        f"{topo.name}: {n} x {topo.gpus[0].name or 'GPU'}"
+        f"{topo.name}: {n} x {topo.gpus[0].name or 'GPU'} ({memory})"
         f"{', NVSwitch' if topo.nvswitch else ''}, NVLink gen {topo.nvlink_generation}, "
         f"class {topo.topology_class}",
         head,
@@ -48,15 +54,19 @@ def register(app: typer.Typer) -> None:
     def show(
         src: Annotated[str, typer.Argument(help="catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output")],
         output: Annotated[str, typer.Option("--output", "-o", help="table | json (json = exactly the gputopo.io/topology annotation)")] = "table",
+        gpu_memory_mib: Annotated[int | None, typer.Option(help="MiB of GPUs whose memory the source does not give and the catalog does not know (as the device plugin's --gpu-memory-mib)")] = None,
     ) -> None:
-        """Print the model and the Gaia access-cost tree (or the annotation JSON)."""
+        """Print the model and the Gaia access-cost tree (or the annotation JSON: exactly what
+        `gputopo device-plugin --fake-topology SRC` publishes)."""
         from topology.serialization import dumps
         from topology.sources import load_topology
 
         if output not in ("json", "table"):
             fail(f"--output must be json or table, got {output!r}")
+        if gpu_memory_mib is not None and gpu_memory_mib <= 0:
+            fail(f"--gpu-memory-mib must be a positive number of MiB, got {gpu_memory_mib}")
         try:
-            topo = load_topology(src)
+            topo = load_topology(src, gpu_memory_mib=gpu_memory_mib)
         except (TopologyError, OSError) as exc:
             fail(str(exc))
         if output == "json":

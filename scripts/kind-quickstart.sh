@@ -11,7 +11,11 @@
 #   KIND_CLUSTER_NAME  cluster name (default gputopo)
 #   KIND_NODE_IMAGE    kindest/node image (default: kind's own)
 #   GPUTOPO_IMAGE      image to build and load (default gputopo:dev)
-#   FAKE_TOPOLOGY      catalog machine for the fake GPUs (default dgx1-v100)
+#   FAKE_TOPOLOGY      the fake GPUs: a catalog machine (default dgx1-v100), or a file —
+#                      model your own machine with `nvidia-smi topo -m > mine.txt` run on it
+#                      (or a topology JSON/YAML); the file is mounted into the device plugin
+#   GPU_MEMORY_MIB     MiB per GPU when the topology names none (a topo -m text); unset: the
+#                      nodes advertise no gputopo.io/vgpu-memory
 #   EXAMPLE            pod manifest to submit (default examples/ring-4gpu.yaml)
 # Clean up: kind delete cluster --name "${KIND_CLUSTER_NAME:-gputopo}"
 set -euo pipefail
@@ -20,6 +24,7 @@ cd "$(dirname "$0")/.."
 CLUSTER=${KIND_CLUSTER_NAME:-gputopo}
 IMAGE=${GPUTOPO_IMAGE:-gputopo:dev}
 FAKE_TOPOLOGY=${FAKE_TOPOLOGY:-dgx1-v100}
+GPU_MEMORY_MIB=${GPU_MEMORY_MIB:-}
 EXAMPLE=${EXAMPLE:-examples/ring-4gpu.yaml}
 NS=gputopo-system
 CTX="kind-${CLUSTER}"
@@ -51,12 +56,26 @@ docker build -t "${IMAGE}" .
 log "loading ${IMAGE} into the nodes"
 kind load docker-image "${IMAGE}" --name "${CLUSTER}"
 
+topology_args=(--set-string devicePlugin.fakeTopology="${FAKE_TOPOLOGY}")
+if [[ -f "${FAKE_TOPOLOGY}" ]]; then
+  # A file (your machine's saved `nvidia-smi topo -m`): mounted as is; every node then
+  # publishes what `gputopo topology show FILE [--gpu-memory-mib N] --output json` prints.
+  base=$(basename "${FAKE_TOPOLOGY}")
+  [[ "${base}" =~ ^[A-Za-z0-9._-]+$ ]] \
+    || die "rename ${FAKE_TOPOLOGY}: a ConfigMap key allows only letters, digits, '.', '_', '-'"
+  topology_args=(--set-file "devicePlugin.topologyFiles.${base//./\\.}=${FAKE_TOPOLOGY}"
+                 --set-string devicePlugin.fakeTopology="/etc/gputopo/topologies/${base}")
+fi
+if [[ -n "${GPU_MEMORY_MIB}" ]]; then
+  topology_args+=(--set devicePlugin.gpuMemoryMiB="${GPU_MEMORY_MIB}")
+fi
+
 log "installing the chart (fake topology ${FAKE_TOPOLOGY} on every GPU node)"
 "${HELM}" upgrade --install gputopo helm/gputopo \
   --kube-context "${CTX}" --namespace "${NS}" --create-namespace \
   --set-string image.repository="${IMAGE%:*}" \
   --set-string image.tag="${IMAGE##*:}" \
-  --set-string devicePlugin.fakeTopology="${FAKE_TOPOLOGY}" \
+  "${topology_args[@]}" \
   --wait --timeout 5m
 
 log "waiting for the workers to advertise GPUs"

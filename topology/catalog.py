@@ -417,3 +417,34 @@ def describe(name: str) -> str:
         f"{topo.size} x {topo.gpus[0].name}, {_MACHINES[key].interconnect}, "
         f"GPUs on {numa} NUMA node{'s' if numa != 1 else ''}"
     )
+
+
+def _model_key(model: str) -> str:
+    return " ".join(model.split()).lower()
+
+
+@cache
+def _memory_by_model() -> dict[str, int]:
+    return {_model_key(model): mib for model, mib in gpu_models().items()}
+
+
+def gpu_memory_mib(model: str) -> int | None:
+    """Framebuffer size, MiB, of the GPU model ``model`` as a catalog machine has it (what
+    NVML reports as ``memory.total`` for that model), e.g. ``Tesla V100-SXM2-16GB`` → 16160.
+
+    Matching ignores case and runs of whitespace. None when no catalog machine has that model
+    (or ``model`` is empty).
+    """
+    if not model.strip():
+        return None
+    return _memory_by_model().get(_model_key(model))
+
+
+def gpu_models() -> dict[str, int]:
+    """Every GPU model of the catalog → its framebuffer size, MiB (first machine wins)."""
+    out: dict[str, int] = {}
+    for name in names():
+        for g in get(name).gpus:
+            if g.name and g.memory_mib > 0:
+                out.setdefault(g.name, g.memory_mib)
+    return out

@@ -10,17 +10,41 @@ A *source* is a string:
 
 Files are recognised by content, not by extension: a JSON object, a ``GPU0 …`` matrix
 header, or a YAML mapping carrying ``schemaVersion``.
+
+**One truth.** :func:`load_topology` is the one way from a source to the model: ``gputopo
+topology show SRC`` prints it, and the device plugin started with ``--fake-topology SRC``
+impersonates exactly it through the fake NVML and publishes what discovery then reads back
+(``topology.discovery.source``). Every source goes through :func:`complete`, which fills in
+what a source may not say and a driver always does:
+
+* **PCI bus ids.** NVML names each NVLink's far end by its PCI bus id, so a fake driver needs
+  one distinct bus id per GPU. ``nvidia-smi topo -m`` prints none, and a topology file may
+  leave ``pciBusId`` empty: GPU ``i`` then gets the placeholder ``FFFF:<i as 2 hex
+  digits>:00.0`` (PCI domain ``FFFF``, so a placeholder is easy to recognise; the device
+  number goes up if a given bus id already holds that address). Given bus ids
+  are normalised (``DDDD:BB:DD.F``, upper-case hex); two GPUs with the same bus id, or text
+  that is not a bus id, is an error.
+* **GPU memory** (MiB; 0 in the model means unknown): from the source; else from the GPU
+  model via the catalog (:func:`topology.catalog.gpu_memory_mib`); else ``gpu_memory_mib``
+  (the CLI's and the device plugin's ``--gpu-memory-mib``); else it stays unknown (0), and the
+  device plugin then does not advertise ``gputopo.io/vgpu-memory``.
+* **A machine without NVLink** has NVLink generation 2 (the model's default) and no
+  NVSwitch: NVML cannot report a generation or a switch without links, and neither changes
+  any bandwidth there.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from topology import catalog, nvidia_smi, serialization
-from topology.model import Topology, TopologyError
+from topology.discovery.nvml import DEFAULT_NVLINK_GENERATION, normalize_bus_id
+from topology.model import GPU, Topology, TopologyError
 
 #: Refuse files larger than this (bytes): topology files are a few KiB.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -30,23 +54,105 @@ def _looks_like_path(src: str) -> bool:
     return "/" in src or "\\" in src or Path(src).suffix != "" or src.startswith("~")
 
 
-def load_topology(src: str) -> Topology:
-    """Resolve ``src`` (catalog name or file path) to a :class:`Topology`.
+#: PCI domain of placeholder bus ids (:func:`complete`).
+PLACEHOLDER_DOMAIN = 0xFFFF
+
+_BUS_ID_SHAPE = re.compile(r"^[0-9A-F]{4,8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-7]$")
+
+
+def _bus_ids(gpus: tuple[GPU, ...]) -> list[str]:
+    """Normalised bus ids, placeholders for missing ones (see the module docstring)."""
+    given: dict[str, int] = {}
+    out: list[str] = []
+    for g in gpus:
+        text = g.pci_bus_id.strip()
+        if not text:
+            out.append("")
+            continue
+        bus = normalize_bus_id(text)
+        if not _BUS_ID_SHAPE.match(bus):
+            raise TopologyError(
+                f"GPU {g.index}: pciBusId {g.pci_bus_id!r} is not a PCI bus id (DDDD:BB:DD.F)"
+            )
+        if bus in given:
+            raise TopologyError(f"GPUs {given[bus]} and {g.index} have the same pciBusId {bus}")
+        given[bus] = g.index
+        out.append(bus)
+    for i, bus in enumerate(out):
+        if bus:
+            continue
+        device = i // 256
+        candidate = f"{PLACEHOLDER_DOMAIN:04X}:{i % 256:02X}:{device:02X}.0"
+        while candidate in given:  # a given bus id took the slot: next device number
+            device += 1
+            candidate = f"{PLACEHOLDER_DOMAIN:04X}:{i % 256:02X}:{device:02X}.0"
+        given[candidate] = i
+        out[i] = candidate
+    return out
+
+
+def complete(topology: Topology, *, gpu_memory_mib: int | None = None) -> Topology:
+    """``topology`` with every GPU's PCI bus id and, where it can be known, memory filled in
+    (rules in the module docstring). A complete topology comes back equal (``==``) and with
+    the same name.
+
+    Args:
+        topology: the model read from a source (or discovered through NVML).
+        gpu_memory_mib: framebuffer size, MiB, for GPUs whose memory neither the source nor
+            the catalog knows; None leaves them unknown (0).
+
+    Raises:
+        TopologyError: a bus id is not one, two GPUs share a bus id, or ``gpu_memory_mib`` is
+            not positive.
+    """
+    if gpu_memory_mib is not None and gpu_memory_mib <= 0:
+        raise TopologyError(f"GPU memory must be a positive number of MiB, got {gpu_memory_mib}")
+    buses = _bus_ids(topology.gpus)
+    gpus: list[GPU] = []
+    for g, bus in zip(topology.gpus, buses, strict=True):
+        memory = g.memory_mib
+        if memory <= 0:
+            memory = catalog.gpu_memory_mib(g.name) or gpu_memory_mib or 0
+        if bus != g.pci_bus_id or memory != g.memory_mib:
+            g = replace(g, pci_bus_id=bus, memory_mib=memory)
+        gpus.append(g)
+    generation, nvswitch = topology.nvlink_generation, topology.nvswitch
+    if not any(lk.nvlinks for row in topology.links for lk in row):
+        generation, nvswitch = DEFAULT_NVLINK_GENERATION, False
+    if (tuple(gpus), generation, nvswitch) == (
+        topology.gpus, topology.nvlink_generation, topology.nvswitch
+    ):
+        return topology
+    return replace(topology, gpus=tuple(gpus), nvlink_generation=generation, nvswitch=nvswitch)
+
+
+def unknown_memory(topology: Topology) -> list[int]:
+    """Indices of the GPUs whose memory is unknown (0 MiB) in ``topology``."""
+    return [g.index for g in topology.gpus if g.memory_mib <= 0]
+
+
+def load_topology(src: str, *, gpu_memory_mib: int | None = None) -> Topology:
+    """Resolve ``src`` (catalog name or file path) to a complete :class:`Topology`.
 
     A catalog name wins over a file of the same name in the working directory. An
     ``nvidia-smi`` text is named after the file (its stem), which also seeds the GPUs'
-    deterministic UUIDs.
+    deterministic UUIDs. The result has gone through :func:`complete` (bus ids, memory).
+
+    Args:
+        src: catalog name or file path.
+        gpu_memory_mib: memory, MiB, for GPUs whose memory the source and the catalog do
+            not know (see :func:`complete`).
 
     Raises:
         TopologyError: one line: an unknown name (listing the catalog), a missing or
-            unreadable file, a file that is none of the accepted formats, or the
-            format-specific error of a malformed document.
+            unreadable file, a file that is none of the accepted formats, the
+            format-specific error of a malformed document, or a bad bus id.
     """
     src = src.strip()
     if not src:
         raise TopologyError("empty topology source; give a catalog name or a file path")
     if src.lower() in catalog.names():
-        return catalog.get(src)
+        return complete(catalog.get(src), gpu_memory_mib=gpu_memory_mib)
     path = Path(src).expanduser()
     if not path.exists():
         if _looks_like_path(src):
@@ -65,7 +171,11 @@ def load_topology(src: str) -> Topology:
         raise TopologyError(f"topology file {src} is not UTF-8 text") from None
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {src}: {exc.strerror or exc}") from None
-    return load_topology_text(text, name=path.stem, origin=src)
+    topology = load_topology_text(text, name=path.stem, origin=src)
+    try:
+        return complete(topology, gpu_memory_mib=gpu_memory_mib)
+    except TopologyError as exc:
+        raise TopologyError(f"{src}: {exc}") from None
 
 
 def load_topology_text(text: str, *, name: str = "topology", origin: str = "<text>") -> Topology:

@@ -105,12 +105,21 @@ def tls_values(tls: TlsMaterial) -> dict[str, Any]:
 CUSTOM_TOPOLOGY = "gaia-4gpu"
 """Catalog machine whose annotation JSON the "fake" variant mounts as a custom topology file."""
 
+#: A saved ``nvidia-smi topo -m`` mounted as a fake topology (how one models one's machine).
+TOPO_M_TEXT = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "dgx1-v100-driver535.txt"
+).read_text()
+
 FAKE_VALUES: dict[str, Any] = {
     "devicePlugin": {
         "fakeTopology": "dgx1-v100",
         "fakeTopologyByNodeLabel": {"a100": "dgx-a100",
-                                    "custom": "/etc/gputopo/topologies/custom.json"},
-        "topologyFiles": {"custom.json": dumps(catalog.get(CUSTOM_TOPOLOGY))},
+                                    "custom": "/etc/gputopo/topologies/custom.json",
+                                    "mine": "/etc/gputopo/topologies/mine.txt"},
+        "topologyFiles": {"custom.json": dumps(catalog.get(CUSTOM_TOPOLOGY)),
+                          "mine.txt": TOPO_M_TEXT},
+        "gpuMemoryMiB": 16160,
+        "healthRecoverySeconds": 120,
     },
     "metrics": {"serviceMonitor": {"enabled": False}},
 }

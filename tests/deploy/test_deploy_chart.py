@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from device_plugin.plugin import open_nvml
+from device_plugin.settings import load_settings
 from localcluster.chart import (
     CHART_DIR,
     DEPLOY_MANIFEST,
@@ -39,6 +41,8 @@ from topology import catalog
 from topology.contract import MANAGED_RESOURCES, RESOURCE_GPU
 from topology.discovery.fake_nvml import FakeNVML
 from topology.policies.registry import get_policy
+from topology.serialization import dumps
+from topology.sources import load_topology
 
 REPO = Path(__file__).resolve().parents[2]
 def container(obj: Obj) -> Obj:
@@ -430,7 +434,9 @@ def test_device_plugin_settings_env_names_exist() -> None:
         assert env.lower() in fields
 
 
-def test_fake_topologies(variants: dict[str, list[Obj]], tmp_path: Path) -> None:
+def test_fake_topologies(
+    variants: dict[str, list[Obj]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     objs = variants["fake"]
     main = find(objs, "DaemonSet", "gputopo-device-plugin")
     assert "--fake-topology=dgx1-v100" in container(main)["args"]
@@ -438,8 +444,8 @@ def test_fake_topologies(variants: dict[str, list[Obj]], tmp_path: Path) -> None
     assert "NVIDIA_VISIBLE_DEVICES" not in env  # a fake topology needs no driver
     terms = main["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "gputopo.io/fake-topology",
-                                            "operator": "NotIn", "values": ["a100", "custom"]}]}]
+    assert terms == [{"matchExpressions": [{"key": "gputopo.io/fake-topology", "operator": "NotIn",
+                                            "values": ["a100", "custom", "mine"]}]}]
     a100 = find(objs, "DaemonSet", "gputopo-device-plugin-fake-a100")
     assert "--fake-topology=dgx-a100" in container(a100)["args"]
     assert a100["spec"]["template"]["spec"]["nodeSelector"] == {
@@ -455,10 +461,27 @@ def test_fake_topologies(variants: dict[str, list[Obj]], tmp_path: Path) -> None
     path.write_text(cm["data"]["custom.json"])
     fake = FakeNVML.from_source(str(path))
     assert fake.topology == catalog.get(CUSTOM_TOPOLOGY)
+    # A saved `nvidia-smi topo -m`, mounted the same way: the plugin, given the chart's
+    # memory and health settings, publishes what `gputopo topology show` prints for it.
+    mine = find(objs, "DaemonSet", "gputopo-device-plugin-fake-mine")
+    assert "--fake-topology=/etc/gputopo/topologies/mine.txt" in container(mine)["args"]
+    env = {e["name"]: e.get("value") for e in container(mine)["env"]}
+    assert env["GPUTOPO_DP_GPU_MEMORY_MIB"] == "16160"
+    assert env["GPUTOPO_DP_HEALTH_RECOVERY_S"] == "120"
+    text = tmp_path / "mine.txt"
+    text.write_text(cm["data"]["mine.txt"])
+    for name, value in env.items():  # the container's environment, as the plugin reads it
+        if name.startswith("GPUTOPO_DP_") and value is not None:
+            monkeypatch.setenv(name, value)
+    settings = load_settings({"node_name": "n1", "fake_topology": str(text)})
+    assert settings.health_recovery_s == 120
+    _nvml, published = open_nvml(settings)
+    assert dumps(published) == dumps(load_topology(str(text), gpu_memory_mib=16160))
+    assert [g.memory_mib for g in published.gpus] == [16160] * 8
     # selectors of the DaemonSets differ, so they do not fight over pods
     selectors = {json.dumps(o["spec"]["selector"], sort_keys=True)
                  for o in objs if o["kind"] == "DaemonSet"}
-    assert len(selectors) == 3
+    assert len(selectors) == 4
 
 
 def test_catalog_names_used_by_the_chart_exist() -> None:

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localcluster.chart import helm_template
 from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
@@ -76,6 +77,31 @@ def test_quickstart_script() -> None:
     assert (REPO / "examples" / "ring-4gpu.yaml").is_file()
     assert "helm/gputopo" in text
     assert not re.search(r"\bpkill\b|\bkillall\b", text)
+    assert "topologyFiles" in text and "GPU_MEMORY_MIB" in text
+
+
+def test_quickstart_mounts_your_own_topo_m_text(helm_available: None, tmp_path: Path) -> None:
+    """FAKE_TOPOLOGY=<a saved `nvidia-smi topo -m`>: the script's helm arguments, run through
+    the real helm, mount the text unchanged and point every device plugin at it."""
+    text = REPO / "tests" / "fixtures" / "nvidia-smi" / "dgx1-v100-driver535.txt"
+    mine = tmp_path / "my-box.topo.txt"
+    mine.write_text(text.read_text())
+    script = (REPO / "scripts" / "kind-quickstart.sh").read_text()
+    block = script[script.index("topology_args=("):script.index('log "installing the chart')]
+    program = (
+        'die() { echo "$*" >&2; exit 1; }\n'
+        f"FAKE_TOPOLOGY={shlex.quote(str(mine))}\nGPU_MEMORY_MIB=16160\n{block}\n"
+        'printf "%s\\0" "${topology_args[@]}"\n'
+    )
+    out = subprocess.run(["bash", "-c", program], capture_output=True, check=True).stdout
+    args = out.decode().split("\0")[:-1]
+    objs = [o for o in yaml.safe_load_all(helm_template(extra_args=args)) if o]
+    cm = next(o for o in objs if o["kind"] == "ConfigMap" and "topologies" in o["metadata"]["name"])
+    assert cm["data"]["my-box.topo.txt"] == text.read_text()
+    ds = next(o for o in objs if o["kind"] == "DaemonSet")
+    c = ds["spec"]["template"]["spec"]["containers"][0]
+    assert "--fake-topology=/etc/gputopo/topologies/my-box.topo.txt" in c["args"]
+    assert {"name": "GPUTOPO_DP_GPU_MEMORY_MIB", "value": "16160"} in c["env"]
 
 
 # ------------------------------------------------------------------ Dockerfile

@@ -33,6 +33,7 @@ from topology.policies.base import NodeState, Request
 
 RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
 TOPO = catalog.get(MACHINE)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -62,9 +63,9 @@ class PluginProcess:
         tmp.write_text(json.dumps(pods))
         os.replace(tmp, self.pods_file)
 
-    def start(self, *extra: str, oracle: bool = True) -> None:
+    def start(self, *extra: str, oracle: bool = True, machine: str = MACHINE) -> None:
         args = gputopo_command() + [
-            "device-plugin", "--fake-topology", MACHINE, "--device-plugin-dir", str(self.dir),
+            "device-plugin", "--fake-topology", machine, "--device-plugin-dir", str(self.dir),
             "--node-name", NODE, "--pod-source", f"file:{self.pods_file}",
             "--node-sink", f"file:{self.node_file}", "--fake-xid-file", str(self.xid_file),
             "--metrics-port", str(self.metrics_port), "--metrics-host", "127.0.0.1",
@@ -169,6 +170,31 @@ def test_registers_lists_devices_with_numa_and_publishes_topology(env) -> None: 
         "gputopo.io/topology-class": TOPO.topology_class,
     }
     assert node["annotations"]["gputopo.io/vgpu-memory-unit-mib"] == "256"
+
+
+def test_a_topo_matrix_text_publishes_what_topology_show_prints(env) -> None:  # type: ignore[no-untyped-def]
+    """The documented way to model one's own machine: a saved `nvidia-smi topo -m` (no bus
+    ids, NIC rows, NUMA columns, no GPU memory)."""
+    kubelet, plugin = env
+    text = str(FIXTURES / "dgx1-v100-driver535.txt")
+    plugin.start(machine=text)
+    kubelet.wait_registered((RESOURCE_GPU, RESOURCE_VGPU_CORE))
+    kubelet.watch(RESOURCE_GPU)
+    gpus = kubelet.wait_devices(RESOURCE_GPU, lambda ds: len(ds) == 8)
+    shown = subprocess.run(gputopo_command() + ["topology", "show", text, "--output", "json"],
+                           capture_output=True, text=True, timeout=60, check=True).stdout.strip()
+    node = wait_for(lambda: plugin.node().get("annotations") and plugin.node())
+    assert node["annotations"]["gputopo.io/topology"] == shown
+    published = serialization.loads(shown)
+    assert [d.ID for d in gpus] == [g.uuid for g in published.gpus]
+    assert all(published.nvlinks(i, j) == TOPO.nvlinks(i, j)
+               for i in range(8) for j in range(8) if i != j)  # fmt: skip
+    # memory unknown: said at start-up, and no vgpu-memory resource at all (not zero devices)
+    assert "GPU memory unknown for every GPU" in plugin.log.read_text()
+    assert RESOURCE_VGPU_MEMORY not in {r.resource_name for r in kubelet.registrations}
+    text_metrics = plugin.metrics()
+    assert 'gputopo_dp_devices{resource="gputopo.io/vgpu-core"} 800.0' in text_metrics
+    assert 'resource="gputopo.io/vgpu-memory"' not in text_metrics
 
 
 def test_whole_and_fractional_pods_get_their_assignment(env) -> None:  # type: ignore[no-untyped-def]

@@ -33,6 +33,11 @@ What the fake reports:
   ``NVMLError_Timeout`` after ``timeout_ms`` (a :class:`threading.Condition`, no busy loop).
   Events wait in the queue until some set registered for their device takes them.
 
+Every GPU needs its own PCI bus id (the constructor refuses a topology without them rather
+than attaching NVLinks to the wrong GPU); :func:`topology.sources.complete` fills in
+placeholders, and :func:`topology.sources.load_topology` (hence :meth:`FakeNVML.from_source`)
+always returns a complete topology.
+
 Fault injection: ``FakeNVML(t, errors={"nvmlInit": pynvml.NVML_ERROR_DRIVER_NOT_LOADED})``
 makes that function raise that NVML error; :attr:`FakeNVML.calls` counts calls.
 """
@@ -179,21 +184,22 @@ class FakeNVML:
 
     # -------------------------------------------------------------- construction helpers
     @classmethod
-    def from_source(cls, src: str, **kwargs: Any) -> FakeNVML:
-        """A fake for ``src`` read by ``topology.sources.load_topology`` (catalog name, file,
-        ``nvidia-smi topo -m`` text, …); when that module is not available, ``src`` must be a
-        catalog machine name.
+    def from_source(cls, src: str, *, gpu_memory_mib: int | None = None, **kwargs: Any) -> FakeNVML:
+        """A fake for ``src`` as :func:`topology.sources.load_topology` reads it (catalog name,
+        topology JSON/YAML, saved ``nvidia-smi topo -m``; complete, so every GPU has a bus id).
+
+        Args:
+            src: the source.
+            gpu_memory_mib: memory for GPUs whose memory neither the source nor the catalog
+                knows (see :func:`topology.sources.complete`).
+            kwargs: passed to the constructor (``errors``).
 
         Raises:
             TopologyError: ``src`` cannot be read.
         """
-        try:
-            from topology.sources import load_topology
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("topology.sources", "topology"):
-                raise
-            from topology.catalog import get as load_topology
-        return cls(load_topology(src), **kwargs)
+        from topology.sources import load_topology
+
+        return cls(load_topology(src, gpu_memory_mib=gpu_memory_mib), **kwargs)
 
     def _switch_bus_ids(self, count: int) -> list[str]:
         taken = {_pci_info(g.pci_bus_id).busId for g in self.topology.gpus}
@@ -207,8 +213,25 @@ class FakeNVML:
         return out
 
     def _build_ports(self, t: Topology) -> list[list[tuple[str, int | None]]]:
-        """Per GPU, its active NVLink ports: (remote bus id, remote GPU index or None)."""
+        """Per GPU, its active NVLink ports: (remote bus id, remote GPU index or None).
+
+        Raises:
+            TopologyError: two GPUs have no distinct bus id (NVML names an NVLink's far end
+                by its bus id, so the NVLinks could not be told apart), or a GPU needs more
+                than ``NVML_NVLINK_MAX_LINKS`` links.
+        """
         n = t.size
+        seen: dict[str, int] = {}
+        for g in t.gpus:
+            bus = _pci_info(g.pci_bus_id).busId
+            if not g.pci_bus_id.strip() or bus in seen:
+                other = f"GPU {seen[bus]}'s" if bus in seen else "no"
+                raise TopologyError(
+                    f"FakeNVML: GPU {g.index} has {other} PCI bus id {g.pci_bus_id!r}; a driver "
+                    "names each NVLink's far end by bus id, so every GPU needs its own "
+                    "(topology.sources.complete fills them in)"
+                )
+            seen[bus] = g.index
         ports: list[list[tuple[str, int | None]]] = [[] for _ in range(n)]
         if t.nvswitch:
             per_gpu = [max((t.links[i][j].nvlinks for j in range(n) if j != i), default=0)

@@ -246,6 +246,12 @@ spec:
               value: {{ $dp.kubeletRootDir | trimSuffix "/" }}/pod-resources/kubelet.sock
             - name: GPUTOPO_DP_VGPU_MEMORY_UNIT_MIB
               value: {{ $dp.vgpuMemoryUnitMiB | quote }}
+            {{- if not (kindIs "invalid" $dp.gpuMemoryMiB) }}
+            - name: GPUTOPO_DP_GPU_MEMORY_MIB
+              value: {{ $dp.gpuMemoryMiB | int | quote }}
+            {{- end }}
+            - name: GPUTOPO_DP_HEALTH_RECOVERY_S
+              value: {{ $dp.healthRecoverySeconds | quote }}
             - name: GPUTOPO_DP_LOG_LEVEL
               value: {{ $dp.logLevel | quote }}
             - name: PYTHONUNBUFFERED
