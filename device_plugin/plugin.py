@@ -134,7 +134,7 @@ class DevicePlugin:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.health = HealthState()
+        self.health = HealthState(recovery_s=s.health_recovery_s)
         self.inventory = Inventory(self.topology, self.health, s.vgpu_memory_unit_mib)
         proc = None if s.fake_topology else Path("/proc")
         self.allocator = Allocator(
@@ -239,9 +239,11 @@ class DevicePlugin:
         if notice:
             log.warning("%s", notice)
         uuids = [g.uuid for g in self.topology.gpus]
-        start_nvml_watch(self.nvml, uuids, self.health, self.stop_event)
+        start_nvml_watch(self.nvml, uuids, self.health, self.stop_event,
+                         probe_interval_s=s.health_probe_interval_s)  # fmt: skip
         if s.fake_xid_file is not None:
-            start_xid_file_feeder(s.fake_xid_file, self.nvml.inject_xid, self.stop_event)
+            start_xid_file_feeder(s.fake_xid_file, self.nvml.inject_xid, self.stop_event,
+                                  set_device_error=self.nvml.set_device_error)  # fmt: skip
         self.publish_loop.start(self.stop_event)
         self.watcher.check()
         self.watcher.start(self.stop_event)

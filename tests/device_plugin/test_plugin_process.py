@@ -352,6 +352,41 @@ def test_xid_flips_health_on_the_stream_at_once(env) -> None:  # type: ignore[no
     assert 'gputopo_dp_healthy_devices{resource="nvidia.com/gpu"} 7.0' in plugin.metrics()
 
 
+def test_an_unhealthy_gpu_recovers_once_nvml_answers_normally(env) -> None:  # type: ignore[no-untyped-def]
+    """Health that recovers, in the real process: a GPU whose NVML queries fail is
+    Unhealthy on the stream and the node; once it answers normally for --health-recovery
+    seconds it is Healthy again on both, without a restart. Same for a critical XID."""
+    kubelet, plugin = env
+    plugin.start("--health-recovery", "0.5", "--health-probe-interval", "0.05")
+    kubelet.wait_registered(RESOURCES)
+    kubelet.watch(RESOURCE_GPU)
+    kubelet.wait_devices(RESOURCE_GPU, lambda ds: len(ds) == 8)
+    lost = TOPO.gpus[5].uuid
+
+    def health(uuid: str, state: str) -> Any:
+        return lambda ds: {d.ID: d.health for d in ds}.get(uuid) == state
+
+    def published_unhealthy() -> str | None:
+        return plugin.node().get("annotations", {}).get("gputopo.io/unhealthy-gpus")
+
+    with plugin.xid_file.open("a") as f:
+        f.write("5 lost\n")  # every NVML query on GPU 5 now fails (GPU is lost)
+    kubelet.wait_devices(RESOURCE_GPU, health(lost, "Unhealthy"), timeout=20)
+    assert wait_for(lambda: published_unhealthy() == "5")
+    with plugin.xid_file.open("a") as f:
+        f.write("5 ok\n")
+    kubelet.wait_devices(RESOURCE_GPU, health(lost, "Healthy"), timeout=20)
+    assert wait_for(lambda: published_unhealthy() == "")
+
+    with plugin.xid_file.open("a") as f:
+        f.write("1 48\n")  # a double-bit ECC error; NVML keeps answering
+    kubelet.wait_devices(RESOURCE_GPU, health(TOPO.gpus[1].uuid, "Unhealthy"), timeout=20)
+    kubelet.wait_devices(RESOURCE_GPU, lambda ds: {d.health for d in ds} == {"Healthy"},
+                         timeout=20)  # fmt: skip
+    log = plugin.log.read_text()
+    assert "is now healthy (NVML answered normally for" in log
+
+
 def test_pre_start_container(env) -> None:  # type: ignore[no-untyped-def]
     kubelet, plugin = env
     d = decide(TOPO, NodeState(), Request(count=1))

@@ -39,7 +39,9 @@ placeholders, and :func:`topology.sources.load_topology` (hence :meth:`FakeNVML.
 always returns a complete topology.
 
 Fault injection: ``FakeNVML(t, errors={"nvmlInit": pynvml.NVML_ERROR_DRIVER_NOT_LOADED})``
-makes that function raise that NVML error; :attr:`FakeNVML.calls` counts calls.
+makes that function raise that NVML error; :meth:`FakeNVML.set_device_error` makes every query
+about one GPU (its handle lookups and every call taking its handle) raise an NVML error, e.g.
+``NVML_ERROR_GPU_IS_LOST``, until it is cleared; :attr:`FakeNVML.calls` counts calls.
 """
 
 from __future__ import annotations
@@ -179,6 +181,7 @@ class FakeNVML:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._events: deque[FakeEventData] = deque()
+        self._device_errors: dict[int, int] = {}
         self._ports = self._build_ports(topology)
         self._port_count = max((len(p) for p in self._ports), default=0)
 
@@ -265,7 +268,28 @@ class FakeNVML:
     def _gpu(self, handle: object) -> int:
         if not isinstance(handle, FakeHandle) or handle.owner != id(self):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._device_ok(handle.index)
         return handle.index
+
+    def _device_ok(self, index: int) -> None:
+        code = self._device_errors.get(index)
+        if code is not None:
+            raise pynvml.NVMLError(code)
+
+    def set_device_error(self, index: int, code: int | None) -> None:
+        """Make every query about GPU ``index`` raise ``NVMLError(code)`` (e.g.
+        ``pynvml.NVML_ERROR_GPU_IS_LOST``); ``None`` makes it answer normally again.
+
+        Raises:
+            IndexError: no such GPU.
+        """
+        if not 0 <= index < self.topology.size:
+            raise IndexError(f"no GPU {index} (the topology has {self.topology.size})")
+        with self._lock:
+            if code is None:
+                self._device_errors.pop(index, None)
+            else:
+                self._device_errors[index] = int(code)
 
     def _port(self, handle: object, link: int) -> tuple[int, tuple[str, int | None] | None]:
         i = self._gpu(handle)
@@ -307,6 +331,7 @@ class FakeNVML:
         self._enter("nvmlDeviceGetHandleByIndex")
         if not 0 <= index < self.topology.size:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        self._device_ok(index)
         return FakeHandle(index, id(self))
 
     def nvmlDeviceGetHandleByUUID(self, uuid: str | bytes) -> FakeHandle:  # noqa: N802
@@ -314,6 +339,7 @@ class FakeNVML:
         text = uuid.decode() if isinstance(uuid, bytes) else uuid
         for g in self.topology.gpus:
             if g.uuid == text:
+                self._device_ok(g.index)
                 return FakeHandle(g.index, id(self))
         raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
 

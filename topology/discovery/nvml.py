@@ -52,6 +52,7 @@ import os
 import platform
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -476,6 +477,173 @@ def _nvlinks(
 HealthCallback = Callable[[str, bool, "int | None"], None]
 
 
+class HealthWatcher:
+    """One NVML conversation watching GPU health: critical-XID events (modelled on NVIDIA's
+    k8s-device-plugin, health.go) and, optionally, a periodic probe query per GPU.
+
+    Reports go to ``on_event(uuid, healthy, xid)``:
+
+    * a critical XID not in ``ignored_xids`` (default :data:`APPLICATION_XIDS`) on a watched
+      GPU → ``(uuid, False, xid)``;
+    * a GPU that cannot be found or registered for events (other than "not supported", which
+      only disables its event watch) → ``(uuid, False, None)``; registration is retried at
+      every probe;
+    * ``nvmlEventSetWait_v2`` failing with anything but a timeout → every watched GPU
+      ``(uuid, False, None)``; a critical XID whose device has no readable UUID → every
+      watched GPU ``(uuid, False, xid)``;
+    * the probe (every ``probe_interval_s`` of ``clock`` time, when set):
+      ``nvmlDeviceGetHandleByUUID`` then ``nvmlDeviceGetMemoryInfo`` per watched GPU, plus
+      event registration if it is still missing → ``(uuid, True, None)`` when NVML answered
+      normally, ``(uuid, False, None)`` when a call failed.
+
+    ``healthy=True`` is an observation ("NVML answered normally just now"), not a verdict:
+    NVML has no "recovered" event, so the watcher's owner decides when a GPU marked unhealthy
+    has answered normally long enough (``device_plugin.health.HealthState``).
+
+    Use :meth:`open`, then :meth:`step` in a loop, then :meth:`close` (or
+    :func:`watch_health`, which does exactly that in the calling thread). ``step`` with a
+    timeout of 0 never blocks, so tests drive the watcher without threads or sleeps.
+
+    Args:
+        nvml: ``pynvml`` or a stand-in (None → ``pynvml``).
+        uuids: GPU UUIDs to watch.
+        on_event: callback, invoked from the thread that calls :meth:`open` / :meth:`step`.
+        ignored_xids: XIDs that are the application's fault, not the GPU's.
+        probe_interval_s: seconds between probes; None = no probe (XID events only).
+        clock: monotonic clock in seconds (injectable for tests).
+    """
+
+    def __init__(
+        self,
+        nvml: Any,
+        uuids: Iterable[str],
+        on_event: HealthCallback,
+        *,
+        ignored_xids: Iterable[int] = APPLICATION_XIDS,
+        probe_interval_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.nvml = _default_nvml() if nvml is None else nvml
+        self._s = _Session(self.nvml)
+        self.uuids = list(dict.fromkeys(uuids))
+        self.on_event = on_event
+        self.ignored = frozenset(int(x) for x in ignored_xids)
+        self.probe_interval_s = probe_interval_s
+        self.clock = clock
+        self._xid_type = _const(self.nvml, "nvmlEventTypeXidCriticalError", 0x8)
+        self._timeout = _const(self.nvml, "NVML_ERROR_TIMEOUT", NVML_ERROR_TIMEOUT)
+        self._not_supported = _const(
+            self.nvml, "NVML_ERROR_NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED
+        )
+        self._event_set: Any = None
+        self._unregistered: set[str] = set()
+        self._next_probe: float | None = None
+        self._open = False
+
+    def open(self) -> None:
+        """``nvmlInit``, create the event set and register every GPU for critical XIDs.
+
+        Raises:
+            DiscoveryError: NVML cannot be initialised or the event set cannot be created.
+        """
+        s = self._s
+        s.init()
+        try:
+            self._event_set = s.call("nvmlEventSetCreate")
+        except DiscoveryError:
+            s.shutdown()
+            raise
+        self._open = True
+        for uuid in self.uuids:
+            if not self._register(uuid):
+                self._unregistered.add(uuid)
+                self.on_event(uuid, False, None)
+        if self.probe_interval_s is not None:
+            self._next_probe = self.clock() + self.probe_interval_s
+
+    def close(self) -> None:
+        """Free the event set and ``nvmlShutdown`` (idempotent)."""
+        if not self._open:
+            return
+        self._open = False
+        free = getattr(self.nvml, "nvmlEventSetFree", None)
+        if callable(free):
+            try:
+                free(self._event_set)
+            except self._s.error:
+                pass
+        self._s.shutdown()
+
+    def _register(self, uuid: str) -> bool:
+        """Register ``uuid`` for critical XIDs; False when it could not be found or
+        registered ("not supported" counts as registered: too old for events)."""
+        s = self._s
+        try:
+            handle = s.fn("nvmlDeviceGetHandleByUUID")(uuid)
+            s.fn("nvmlDeviceRegisterEvents")(handle, self._xid_type, self._event_set)
+        except s.error as exc:
+            return _error_value(exc) == self._not_supported
+        return True
+
+    def step(self, timeout_ms: int) -> bool:
+        """Wait up to ``timeout_ms`` for one event and report it, then probe if one is due.
+
+        Returns:
+            False when the event wait itself failed (the caller should back off before the
+            next step), True otherwise.
+        """
+        s = self._s
+        healthy_wait = True
+        try:
+            event = s.fn("nvmlEventSetWait_v2")(self._event_set, timeout_ms)
+        except s.error as exc:
+            if _error_value(exc) != self._timeout:
+                healthy_wait = False
+                for uuid in self.uuids:
+                    self.on_event(uuid, False, None)
+        else:
+            self._handle(event)
+        if self._next_probe is not None and self.clock() >= self._next_probe:
+            self.probe()
+        return healthy_wait
+
+    def _handle(self, event: Any) -> None:
+        if int(getattr(event, "eventType", self._xid_type)) != self._xid_type:
+            return
+        xid = int(event.eventData)
+        if xid in self.ignored:
+            return
+        try:
+            uuid = _text(self._s.fn("nvmlDeviceGetUUID")(event.device))
+        except self._s.error:
+            for u in self.uuids:
+                self.on_event(u, False, xid)
+            return
+        if uuid in self.uuids:
+            self.on_event(uuid, False, xid)
+
+    def probe(self) -> None:
+        """Query every watched GPU once (see the class docstring) and schedule the next probe
+        ``probe_interval_s`` later."""
+        s = self._s
+        for uuid in self.uuids:
+            try:
+                handle = s.fn("nvmlDeviceGetHandleByUUID")(uuid)
+                s.fn("nvmlDeviceGetMemoryInfo")(handle)
+            except s.error as exc:
+                if _error_value(exc) != self._not_supported:
+                    self.on_event(uuid, False, None)
+                    continue
+            if uuid in self._unregistered:
+                if not self._register(uuid):
+                    self.on_event(uuid, False, None)
+                    continue
+                self._unregistered.discard(uuid)
+            self.on_event(uuid, True, None)
+        if self.probe_interval_s is not None:
+            self._next_probe = self.clock() + self.probe_interval_s
+
+
 def watch_health(
     nvml: Any,
     uuids: Iterable[str],
@@ -484,112 +652,34 @@ def watch_health(
     *,
     poll_ms: int = 1000,
     ignored_xids: Iterable[int] = APPLICATION_XIDS,
+    probe_interval_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> None:
-    """Watch critical XID events of ``uuids`` until ``stop_event`` is set (blocking; run it
-    in a thread). Modelled on NVIDIA's k8s-device-plugin (health.go).
-
-    Calls ``on_event(uuid, healthy, xid)``:
-
-    * a critical XID not in ``ignored_xids`` (default :data:`APPLICATION_XIDS`) on a watched
-      GPU → ``(uuid, False, xid)``;
-    * a GPU that cannot be found or registered for events (other than "not supported", which
-      only disables its health check) → ``(uuid, False, None)``;
-    * ``nvmlEventSetWait_v2`` failing with anything but a timeout → every watched GPU
-      ``(uuid, False, None)``, and the loop waits ``poll_ms`` before trying again; a critical
-      XID whose device has no readable UUID → every watched GPU ``(uuid, False, xid)``.
-
-    NVML has no "recovered" event, so ``healthy=True`` is never reported here; a GPU comes
-    back when the watcher's owner decides so (e.g. after a driver reload).
+    """Watch the health of ``uuids`` until ``stop_event`` is set (blocking; run it in a
+    thread): a :class:`HealthWatcher` stepped every ``poll_ms``; after a failed event wait
+    it waits ``poll_ms`` before trying again. What is reported is the watcher's.
 
     Args:
         nvml: ``pynvml`` or a stand-in (None → ``pynvml``).
         uuids: GPU UUIDs to watch.
-        on_event: callback, invoked from this thread.
+        on_event: callback ``(uuid, healthy, xid)``, invoked from this thread.
         stop_event: set it to return (within ``poll_ms``).
         poll_ms: wait timeout per ``nvmlEventSetWait_v2`` call, milliseconds.
         ignored_xids: XIDs that are the application's fault, not the GPU's.
+        probe_interval_s: seconds between probe queries; None = XID events only.
+        clock: monotonic clock, seconds (tests).
 
     Raises:
         DiscoveryError: NVML cannot be initialised or the event set cannot be created.
     """
-    nvml = _default_nvml() if nvml is None else nvml
-    s = _Session(nvml)
-    watched = list(dict.fromkeys(uuids))
-    ignored = frozenset(int(x) for x in ignored_xids)
-    xid_type = _const(nvml, "nvmlEventTypeXidCriticalError", 0x8)
-    timeout = _const(nvml, "NVML_ERROR_TIMEOUT", NVML_ERROR_TIMEOUT)
-    not_supported = _const(nvml, "NVML_ERROR_NOT_SUPPORTED", NVML_ERROR_NOT_SUPPORTED)
-
-    s.init()
+    watcher = HealthWatcher(
+        nvml, uuids, on_event, ignored_xids=ignored_xids, probe_interval_s=probe_interval_s,
+        clock=clock,
+    )  # fmt: skip
+    watcher.open()
     try:
-        event_set = s.call("nvmlEventSetCreate")
-        try:
-            _register(s, event_set, watched, on_event, xid_type, not_supported)
-            _event_loop(s, event_set, watched, on_event, stop_event, poll_ms, ignored,
-                        xid_type, timeout)  # fmt: skip
-        finally:
-            free = getattr(nvml, "nvmlEventSetFree", None)
-            if callable(free):
-                try:
-                    free(event_set)
-                except s.error:
-                    pass
+        while not stop_event.is_set():
+            if not watcher.step(poll_ms):
+                stop_event.wait(poll_ms / 1000)
     finally:
-        s.shutdown()
-
-
-def _register(
-    s: _Session,
-    event_set: Any,
-    uuids: Sequence[str],
-    on_event: HealthCallback,
-    xid_type: int,
-    not_supported: int,
-) -> None:
-    for uuid in uuids:
-        try:
-            handle = s.fn("nvmlDeviceGetHandleByUUID")(uuid)
-            s.fn("nvmlDeviceRegisterEvents")(handle, xid_type, event_set)
-        except s.error as exc:
-            if _error_value(exc) == not_supported:
-                continue  # too old for health checks: keep it healthy, unmonitored
-            on_event(uuid, False, None)
-
-
-def _event_loop(
-    s: _Session,
-    event_set: Any,
-    uuids: Sequence[str],
-    on_event: HealthCallback,
-    stop_event: threading.Event,
-    poll_ms: int,
-    ignored: frozenset[int],
-    xid_type: int,
-    timeout: int,
-) -> None:
-    wait = s.fn("nvmlEventSetWait_v2")
-    get_uuid = s.fn("nvmlDeviceGetUUID")
-    watched = set(uuids)
-    while not stop_event.is_set():
-        try:
-            event = wait(event_set, poll_ms)
-        except s.error as exc:
-            if _error_value(exc) == timeout:
-                continue
-            for uuid in uuids:
-                on_event(uuid, False, None)
-            stop_event.wait(poll_ms / 1000)
-            continue
-        if int(getattr(event, "eventType", xid_type)) != xid_type:
-            continue
-        xid = int(event.eventData)
-        if xid in ignored:
-            continue
-        try:
-            uuid = _text(get_uuid(event.device))
-        except s.error:
-            for u in uuids:
-                on_event(u, False, xid)
-            continue
-        if uuid in watched:
-            on_event(uuid, False, xid)
+        watcher.close()
