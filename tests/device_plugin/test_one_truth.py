@@ -29,12 +29,13 @@ from topology.model import Topology
 from topology.nvidia_smi import parse_topo_matrix
 from topology.patterns import ring
 from topology.policies.base import NodeState, Request
-from topology.policies.evaluate import place
+from topology.policies.evaluate import Evaluator
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 TEXTS = sorted(p for p in FIXTURES.glob("*.txt") if p.name != "not-a-topology.txt")
 SOURCES = catalog.names() + [str(p) for p in TEXTS]
 DGX1_TEXTS = [p for p in TEXTS if p.name.startswith("dgx1-v100")]
+place = Evaluator().place
 
 
 def show_json(src: str, *extra: str) -> str:
