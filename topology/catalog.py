@@ -359,6 +359,65 @@ def mapa_cubemesh_16() -> Topology:
     return _sixteen("mapa-cubemesh-16", MAPA_CUBEMESH_NVLINKS)
 
 
+# ---------------------------------------------------------------------------- ANDREAS nodes
+#: Host of the ARMIDA cluster's GPU nodes (ANDREAS Appendix B): "2xMarvell TX2 sockets (per
+#: socket: 64 cores ... 256 GB RAM, 1xMellanox IB 100Gb EDR)". NUMA node k = socket k =
+#: CPUs 64k..64k+63, as Linux numbers a two-socket ThunderX2.
+_TX2_CPUS = {0: _cpus((0, 63)), 1: _cpus((64, 127))}
+#: Bus ids of the x16 slots, two per socket, in PCI bus order (socket 0's, then socket 1's).
+_TX2_BUS = {0: ["0000:0B:00.0", "0000:0C:00.0"], 1: ["0000:8B:00.0", "0000:8C:00.0"]}
+
+
+def _tx2_node(name: str, count: int, model: str, memory_mib: int) -> Topology:
+    """``count`` (1, 2 or 4) PCIe GPUs in an ARMIDA-type two-socket ThunderX2 host, no NVLink.
+
+    Table II gives GPU model and count only, so the layout is ours, that of two-socket servers
+    that give each CPU its own x16 GPU slots: the GPUs are split evenly between the sockets
+    (a one-GPU node has it on socket 0), every GPU on its own root port, so two GPUs of one
+    socket meet at NODE and GPUs of different sockets at SYS. Indices follow PCI bus order.
+    """
+    per_socket = {0: (count + 1) // 2, 1: count // 2}
+    numa = [s for s in (0, 1) for _ in range(per_socket[s])]
+    bus = [b for s in (0, 1) for b in _TX2_BUS[s][: per_socket[s]]]
+    gpus = _gpus(name, count, model, memory_mib, lambda i: numa[i], _TX2_CPUS, bus)
+    pcie = _pcie_by_groups(range(count), numa, same_group=PCIeLevel.NODE)
+    return Topology.build(name, gpus, {}, pcie, nvlink_generation=2)
+
+
+#: NVML names and framebuffer sizes (MiB, as ``nvidia-smi`` reports them) of Table II's GPUs.
+V100_PCIE_32GB = ("Tesla V100-PCIE-32GB", 32510)
+T4_16GB = ("Tesla T4", 15360)
+
+
+def v100_pcie_1() -> Topology:
+    """One Tesla V100-PCIE-32GB in an ARMIDA-type host: armida-04 and armida-05 of ANDREAS
+    Table II (layout: :func:`_tx2_node`)."""
+    return _tx2_node("v100-pcie-1", 1, *V100_PCIE_32GB)
+
+
+def v100_pcie_2() -> Topology:
+    """Two Tesla V100-PCIE-32GB, one per socket (SYS between them): armida-06 of ANDREAS
+    Table II, and the V100 nodes of §V-B's first scenario."""
+    return _tx2_node("v100-pcie-2", 2, *V100_PCIE_32GB)
+
+
+def v100_pcie_4() -> Topology:
+    """Four Tesla V100-PCIE-32GB, two per socket (NODE within, SYS across): the V100 nodes of
+    ANDREAS §V-B's second scenario ("nodes with four TeslaV100")."""
+    return _tx2_node("v100-pcie-4", 4, *V100_PCIE_32GB)
+
+
+def t4_1() -> Topology:
+    """One Tesla T4 (Turing, 16 GB): armida-07 of ANDREAS Table II, and the T4 nodes of §V-B's
+    first scenario."""
+    return _tx2_node("t4-1", 1, *T4_16GB)
+
+
+def t4_2() -> Topology:
+    """Two Tesla T4, one per socket: the T4 nodes of ANDREAS §V-B's second scenario."""
+    return _tx2_node("t4-2", 2, *T4_16GB)
+
+
 @dataclass(frozen=True)
 class _Entry:
     build: Callable[[], Topology]
@@ -377,6 +436,11 @@ _MACHINES: dict[str, _Entry] = {
     "mapa-cubemesh-16": _Entry(
         mapa_cubemesh_16, "NVLink 2 16-GPU cube-mesh (NV1/NV2), MAPA simulation"
     ),
+    "v100-pcie-1": _Entry(v100_pcie_1, "PCIe only, one GPU (ANDREAS Table II armida-04/05)"),
+    "v100-pcie-2": _Entry(v100_pcie_2, "PCIe only: one GPU per socket, SYS (ANDREAS armida-06)"),
+    "v100-pcie-4": _Entry(v100_pcie_4, "PCIe only: two GPUs per socket, NODE within, SYS across"),
+    "t4-1": _Entry(t4_1, "PCIe only, one GPU (ANDREAS Table II armida-07)"),
+    "t4-2": _Entry(t4_2, "PCIe only: one GPU per socket, SYS"),
 }
 
 
