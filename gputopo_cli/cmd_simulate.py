@@ -15,35 +15,61 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def simulate(
-        topology: Annotated[str, typer.Option("--topology", "-t", help="every node's topology: catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output")],
-        workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2, with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
-        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo")],
+        workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2 | andreas-armida | andreas-s1 | andreas-s2, with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
+        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for andreas-* workloads: fifo,edf,ps,andreas")],
         out: Annotated[Path, typer.Option("--out", "-o", help="output directory (CSV per run, summary.json, summary.md, plots)")],
-        nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="number of identical nodes (default: the workload's: mapa 1, amaral-s1 5, amaral-s2 1000)")] = None,
-        seed: Annotated[int, typer.Option("--seed", "-s", help="workload generator seed")] = 0,
+        topology: Annotated[str | None, typer.Option("--topology", "-t", help="every node's topology: catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output (optional for workloads that define their own cluster: andreas-*)")] = None,
+        nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="number of nodes (default: the workload's: mapa 1, amaral-s1 5, amaral-s2 1000, andreas-s1/s2 10)")] = None,
+        seed: Annotated[int, typer.Option("--seed", "-s", help="workload generator seed (and the planner's)")] = 0,
         queue: Annotated[str, typer.Option("--queue", help="fifo (a job that fits nowhere blocks the queue) | backfill")] = "fifo",
         node_choice: Annotated[str | None, typer.Option("--node-choice", help="force one node-choice rule for all policies: extender | least-allocated | first-fit | most-allocated | utility")] = None,
         effbw_model: Annotated[str, typer.Option("--effbw-model", help="model that judges every placement and drives run times: gputopo-v1 | mapa-eq2")] = "gputopo-v1",
         plots: Annotated[bool, typer.Option("--plots/--no-plots", help="write PNG plots")] = True,
+        iterations: Annotated[int, typer.Option("--planner-iterations", help="andreas: MaxIt_RG, iterations of the Randomized Greedy per rescheduling point")] = 1000,
+        interval: Annotated[float, typer.Option("--reschedule-every", help="andreas: seconds between periodic rescheduling points (also H in the worst-case tardiness)")] = 300.0,
+        rho: Annotated[float, typer.Option("--rho", help="andreas: penalty coefficient for postponed jobs (ρ)")] = 100.0,
     ) -> None:
-        """Simulate a workload on a cluster under each policy (same policy code as the extender).
+        """Simulate a workload on a cluster under each policy (same policy code as the extender
+        and the planner).
 
-        Writes DIR/jobs-<policy>.csv, DIR/timeline-<policy>.csv, DIR/summary.json,
-        DIR/details.json, DIR/summary.md, DIR/workload.json and PNG plots; prints the summary
-        tables. Bad input exits 2 with one line.
+        Placement workloads write DIR/jobs-<policy>.csv, DIR/timeline-<policy>.csv; planning
+        workloads (andreas-*) DIR/segments-<policy>.csv and DIR/jobs-<policy>.csv; both write
+        DIR/summary.json, DIR/details.json, DIR/summary.md, DIR/workload.json and PNG plots, and
+        print the summary tables. Bad input exits 2 with one line.
         """
         from simulator import SimulationError
+        from simulator.planning_workloads import is_planning_spec
+
+        if is_planning_spec(workload):
+            from simulator.planning_report import tables_markdown as planning_tables
+            from simulator.planning_run import simulate_planning
+            from topology.planning.andreas import PlannerSettings, PlanningError
+
+            try:
+                settings = PlannerSettings(rho=rho, max_iterations=iterations,
+                                           interval_s=interval, seed=seed)
+                results, _ = simulate_planning(
+                    workload, policies, topology=topology, nodes=nodes, seed=seed, out=out,
+                    settings=settings, make_plots=plots,
+                    progress=lambda line: typer.echo(line, err=True))
+            except (SimulationError, PlanningError) as exc:
+                fail(str(exc))
+            typer.echo(planning_tables(results))
+            typer.echo(f"wrote {out}/summary.json, summary.md, details.json, segments and jobs "
+                       "CSVs" + (" and plots" if plots else ""))
+            return
+
         from simulator.report import tables_markdown
         from simulator.run import simulate as run
 
         try:
-            results, _ = run(
+            results_p, _ = run(
                 topology, workload, policies, nodes=nodes, seed=seed, out=out, queue=queue,
                 node_choice=node_choice, judge=effbw_model, make_plots=plots,
                 progress=lambda line: typer.echo(line, err=True),
             )
         except SimulationError as exc:
             fail(str(exc))
-        typer.echo(tables_markdown(results))
+        typer.echo(tables_markdown(results_p))
         typer.echo(f"wrote {out}/summary.json, summary.md, details.json, per-policy CSVs"
                    + (" and plots" if plots else ""))

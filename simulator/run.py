@@ -41,7 +41,7 @@ def parse_policies(text: str | Sequence[str]) -> list[str]:
 
 
 def simulate(
-    topology: str | Topology,
+    topology: str | Topology | None,
     workload: str | Workload,
     policies: str | Sequence[str],
     *,
@@ -58,7 +58,8 @@ def simulate(
     """Simulate ``workload`` on ``nodes`` × ``topology`` once per policy.
 
     Args:
-        topology: a topology source (catalog name or file) or a :class:`Topology`.
+        topology: a topology source (catalog name or file) or a :class:`Topology` (required;
+            planning workloads go through :func:`simulator.planning_run.simulate_planning`).
         workload: a workload spec (:func:`simulator.workloads.load_workload`) or a Workload.
         policies: registered policy names (``"a,b"`` or a list).
         nodes: node count; None = the workload's default.
@@ -78,6 +79,9 @@ def simulate(
     Raises:
         SimulationError: any bad input (unknown topology, workload, policy, …), one line.
     """
+    if topology is None:
+        label = workload if isinstance(workload, str) else workload.name
+        raise SimulationError(f"--topology is required for workload {label}")
     try:
         topo = topology if isinstance(topology, Topology) else load_topology(topology)
     except TopologyError as exc:
