@@ -1,0 +1,170 @@
+"""ANDREAS in simulation: the cost of FIFO, EDF, PS, ``andreas`` and ``andreas-stable`` on
+§V-B's two scenarios at N = 10, 50 and 100 nodes, Appendix B's ARMIDA run, and the planner's
+time per rescheduling point.
+
+For each scenario and N it runs ``gputopo simulate --workload andreas-s<case> --nodes N
+--policies fifo,edf,ps,andreas,andreas-stable --seed S`` for a few seeds (N = 10: seeds 1-5,
+N = 50: 1-2, N = 100: 1; the paper reports averages over instances), keeps the outputs of the
+first seed under ``benchmarks/results/sim/andreas-s<case>-n<N>/`` and writes every figure to
+``benchmarks/results/planner.json``. The tables printed (and copied into REPORT.md by
+``benchmarks/run_all.py``) give the mean total cost per policy, ``andreas``'s reduction
+against each, and the plan time per rescheduling point (p50 / p99 / max, ms) of ``andreas``.
+
+Run: ``.venv/bin/python -m benchmarks.bench_planner`` (full, about an hour on a shared
+2-core machine) or ``--quick`` (N = 4 and 10, one seed, 200 iterations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+SIM = RESULTS / "sim"
+POLICIES = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
+FULL = {10: [1, 2, 3, 4, 5], 50: [1, 2], 100: [1]}
+QUICK = {4: [1], 10: [1]}
+#: ANDREAS Table III (EUR): the ARMIDA validation's measured and predicted energy cost.
+PAPER_ARMIDA = {"real_eur": 0.95111, "predicted_eur": 1.08438}
+
+
+def _pct(values: list[float], q: float) -> float:
+    import numpy as np
+
+    return float(np.percentile(np.asarray(values, dtype=float), q)) if values else 0.0
+
+
+def run(quick: bool) -> dict[str, Any]:
+    from simulator.planning_run import simulate_planning
+    from topology.planning.andreas import PlannerSettings
+
+    sizes = QUICK if quick else FULL
+    iterations = 200 if quick else 1000
+    base = None if quick else SIM  # quick runs keep the committed full-size outputs
+    out: dict[str, Any] = {"iterations": iterations, "scenarios": [], "armida": {}}
+    t0 = time.perf_counter()
+    results, summary = simulate_planning(
+        "andreas-armida", POLICIES, seed=1, out=base / "andreas-armida" if base else None,
+        settings=PlannerSettings(max_iterations=iterations, seed=1))
+    ours = next(r for r in results if r.policy == "andreas")
+    out["armida"] = {
+        "summary": summary, "paper": PAPER_ARMIDA,
+        "late_jobs": {r.policy: sum(1 for o in r.outcomes if o.tardiness_s > 0)
+                      for r in results},
+        "preemptions": {r.policy: sum(o.preemptions for o in r.outcomes) for r in results},
+        "andreas_energy_vs_paper_predicted": ours.energy_cost_eur / PAPER_ARMIDA["predicted_eur"],
+    }
+    print(f"== andreas-armida ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    for case in (1, 2):
+        for n, seeds in sizes.items():
+            runs = []
+            for seed in seeds:
+                t0 = time.perf_counter()
+                dest = base / f"andreas-s{case}-n{n}" if base and seed == seeds[0] else None
+                res, summ = simulate_planning(
+                    f"andreas-s{case}", POLICIES, nodes=n, seed=seed, out=dest,
+                    make_plots=dest is not None,
+                    settings=PlannerSettings(max_iterations=iterations, seed=seed),
+                    progress=lambda line: print("   " + line, file=sys.stderr, flush=True))
+                runs.append({
+                    "seed": seed, "summary": summ,
+                    "late_jobs": {r.policy: sum(1 for o in r.outcomes if o.tardiness_s > 0)
+                                  for r in res},
+                    "preemptions": {r.policy: sum(o.preemptions for o in r.outcomes)
+                                    for r in res},
+                    "plan_ms": {r.policy: {"p50": _pct(r.plan_ms, 50), "p99": _pct(r.plan_ms, 99),
+                                           "max": max(r.plan_ms), "points": len(r.plan_ms)}
+                                for r in res},
+                })
+                print(f"== andreas-s{case} N={n} seed {seed} "
+                      f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            out["scenarios"].append({"case": case, "nodes": n, "jobs": 10 * n, "runs": runs})
+    return out
+
+
+def mean_costs(entry: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Mean energy / tardiness / total cost over the seeds of one scenario and N."""
+    out: dict[str, dict[str, float]] = {}
+    for p in POLICIES:
+        rows = [r["summary"][p] for r in entry["runs"]]
+        out[p] = {k: statistics.fmean(row[k] for row in rows)
+                  for k in ("energy_cost_eur", "tardiness_cost_eur", "total_cost_eur")}
+        out[p]["late_jobs"] = statistics.fmean(r["late_jobs"][p] for r in entry["runs"])
+        out[p]["preemptions"] = statistics.fmean(r["preemptions"][p] for r in entry["runs"])
+    return out
+
+
+def tables(doc: dict[str, Any]) -> str:
+    """The Markdown tables printed at the end."""
+    lines = ["ANDREAS Appendix B (ARMIDA, Table V): energy cost, EUR (paper, Table III: "
+             f"predicted {PAPER_ARMIDA['predicted_eur']}, measured {PAPER_ARMIDA['real_eur']})",
+             "", "| policy | energy € | tardiness € | late jobs | preemptions |",
+             "|---|---:|---:|---:|---:|"]
+    arm = doc["armida"]
+    for p in POLICIES:
+        s = arm["summary"][p]
+        lines.append(f"| {p} | {s['energy_cost_eur']:.3f} | {s['tardiness_cost_eur']:.3f} | "
+                     f"{arm['late_jobs'][p]}/8 | {arm['preemptions'][p]} |")
+    lines += ["", "§V-B: mean total cost (energy + tardiness), EUR, and andreas's reduction "
+              "against each policy ((other − andreas) / other); seeds per N in "
+              "benchmarks/results/planner.json", "",
+              "| scenario | N | jobs | seeds | fifo € | edf € | ps € | andreas € | "
+              "andreas-stable € | vs fifo | vs edf | vs ps | stable vs andreas |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in doc["scenarios"]:
+        m = mean_costs(e)
+        tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
+        ours = tot["andreas"]
+
+        def red(ref: float, value: float) -> str:
+            return "–" if ref <= 0 else f"{100 * (ref - value) / ref:.1f} %"
+
+        lines.append(
+            f"| s{e['case']} | {e['nodes']} | {e['jobs']} | {len(e['runs'])} | "
+            + " | ".join(f"{tot[p]:.2f}" for p in POLICIES) + " | "
+            + " | ".join(red(tot[p], ours) for p in ("fifo", "edf", "ps")) + " | "
+            + red(ours, tot["andreas-stable"]) + " |")
+    lines += ["", "Energy only (mean, EUR), late jobs and preemptions (mean per run):", "",
+              "| scenario | N | " + " | ".join(f"{p} energy €" for p in POLICIES)
+              + " | late fifo/edf/ps/andreas/stable | preemptions andreas / stable |",
+              "|---|---:|" + "---:|" * (len(POLICIES) + 2)]
+    for e in doc["scenarios"]:
+        m = mean_costs(e)
+        lines.append(
+            f"| s{e['case']} | {e['nodes']} | "
+            + " | ".join(f"{m[p]['energy_cost_eur']:.2f}" for p in POLICIES) + " | "
+            + "/".join(f"{m[p]['late_jobs']:.0f}" for p in POLICIES) + " | "
+            + f"{m['andreas']['preemptions']:.0f} / {m['andreas-stable']['preemptions']:.0f} |")
+    lines += ["", "Plan time per rescheduling point of andreas (first seed), ms "
+              f"(MaxIt_RG = {doc['iterations']}; in-process, one core of a shared 2-core "
+              "machine):", "", "| scenario | N | points | p50 | p99 | max |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for e in doc["scenarios"]:
+        pm = e["runs"][0]["plan_ms"]["andreas"]
+        lines.append(f"| s{e['case']} | {e['nodes']} | {pm['points']} | {pm['p50']:.1f} | "
+                     f"{pm['p99']:.1f} | {pm['max']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="N = 4 and 10, one seed")
+    args = ap.parse_args()
+    SIM.mkdir(parents=True, exist_ok=True)
+    doc = run(args.quick)
+    name = "planner-quick.json" if args.quick else "planner.json"
+    (RESULTS / name).write_text(json.dumps(doc, indent=1) + "\n")
+    text = tables(doc)
+    (RESULTS / ("planner-quick.md" if args.quick else "planner.md")).write_text(
+        "# ANDREAS planner in simulation\n\nGenerated by `.venv/bin/python -m "
+        f"benchmarks.bench_planner{' --quick' if args.quick else ''}`.\n\n" + text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
