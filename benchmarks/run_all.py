@@ -2,9 +2,11 @@
 
 Runs, in order:
 
-1. the latency benchmarks that exist — ``bench_extender`` (filter + prioritize, bind),
-   ``bench_matching`` (pruned vs exhaustive search), ``bench_allocate`` (device plugin) —
-   each as its own process, keeping its JSON under ``benchmarks/results/``;
+1. the benchmarks that exist — ``bench_extender`` (filter + prioritize, bind),
+   ``bench_matching`` (pruned vs exhaustive search), ``bench_allocate`` (device plugin),
+   ``bench_planner`` (ANDREAS: §V-B's cost tables at N = 10, 50, 100, the ARMIDA run and the
+   plan time per rescheduling point; about an hour at full size) — each as its own process,
+   keeping its JSON under ``benchmarks/results/``;
 2. the simulations (``simulator``; the same policy code the extender runs):
    MAPA's 300-job trace on a DGX-1 V100 and on the 16-GPU cube-mesh and torus; Amaral's
    prototype (Table 1, one Minsky), scenario 1 (100 jobs, 5 Minsky) and scenario 2 (10 000 jobs,
@@ -17,7 +19,7 @@ Writes ``benchmarks/results/REPORT.md`` (tables) and ``benchmarks/results/sim/<s
 
 Run: ``.venv/bin/python -m benchmarks.run_all`` (full, several minutes) or ``--quick``
 (reduced sizes, a CI-sized smoke run). ``--skip-benchmarks`` runs only the simulations;
-``--only NAME[,NAME]`` picks scenarios.
+``--only NAME[,NAME]`` picks scenarios and benchmarks (``planner`` = ``bench_planner``).
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ SCALE = [
 BENCHMARK_TIMEOUT_S = 1800
 
 BENCHMARKS = [("bench_extender", "extender.json"), ("bench_matching", "matching.json"),
-              ("bench_allocate", "allocate.json")]
+              ("bench_allocate", "allocate.json"), ("bench_planner", "planner.json")]
+#: Benchmarks that take longer than :data:`BENCHMARK_TIMEOUT_S` at full size.
+LONG_TIMEOUT_S = {"bench_planner": 3 * 3600}
 
 
 def _run_benchmark(module: str, quick: bool) -> tuple[str, int, float]:
@@ -100,7 +104,7 @@ def _run_benchmark(module: str, quick: bool) -> tuple[str, int, float]:
         try:
             proc = subprocess.run(cmd, cwd=ROOT, stdout=out_f, stderr=err_f, text=True,
                                   env={**os.environ, "MPLBACKEND": "Agg"},
-                                  timeout=BENCHMARK_TIMEOUT_S)
+                                  timeout=LONG_TIMEOUT_S.get(module, BENCHMARK_TIMEOUT_S))
             rc = proc.returncode
         except subprocess.TimeoutExpired:
             rc = -1
@@ -110,7 +114,7 @@ def _run_benchmark(module: str, quick: bool) -> tuple[str, int, float]:
     took = time.perf_counter() - t0
     out = stdout.strip() + ("\n" + stderr.strip() if rc else "")
     if rc == -1:
-        out += f"\n(timed out after {BENCHMARK_TIMEOUT_S} s)"
+        out += f"\n(timed out after {LONG_TIMEOUT_S.get(module, BENCHMARK_TIMEOUT_S)} s)"
     lines = out.splitlines()
     if len(lines) > 40:  # keep the summary at the end; the full output is in its JSON
         lines = [f"… ({len(lines) - 40} lines above omitted)"] + lines[-40:]
@@ -156,9 +160,10 @@ def main() -> None:
         "placements with MAPA's Eq. 2); run times follow it (MAPA Fig. 16).",
         "",
     ]
-    if not args.skip_benchmarks and not only:
-        parts += ["## Latency benchmarks", ""]
-        for module, _ in BENCHMARKS:
+    wanted = [m for m, _ in BENCHMARKS if not only or m.removeprefix("bench_") in only]
+    if not args.skip_benchmarks and wanted:
+        parts += ["## Benchmarks", ""]
+        for module in wanted:
             print(f"== {module}", file=sys.stderr, flush=True)
             text, rc, took = _run_benchmark(module, args.quick)
             status = "" if rc == 0 else f" — **exit {rc}**"
