@@ -25,6 +25,7 @@ def register(app: typer.Typer) -> None:
         state: Annotated[str | None, typer.Option("--state", help="kubernetes (list/watch the API; default) | memory (catalog nodes)")] = None,
         nodes: Annotated[str | None, typer.Option("--nodes", help="memory state nodes: CATALOG:COUNT[,CATALOG:COUNT...] (default dgx1-v100:4)")] = None,
         kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")] = None,
+        vgpu_memory_unit_mib: Annotated[int | None, typer.Option("--vgpu-memory-unit-mib", help="MiB per gputopo.io/vgpu-memory device, as the device plugins publish it (default 256)")] = None,
         config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_EXTENDER_* env > file > defaults)")] = None,
     ) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
                 {
                     "host": host, "port": port, "tls_cert": tls_cert, "tls_key": tls_key,
                     "log_level": log_level, "policy": policy, "state": state, "nodes": nodes,
-                    "kubeconfig": kubeconfig,
+                    "kubeconfig": kubeconfig, "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
                 },
                 config,
             )  # fmt: skip

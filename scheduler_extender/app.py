@@ -75,7 +75,7 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     counters = Metrics()
     extender = Extender(
         state, settings.policy, counters, budget_ms=settings.eval_budget_ms or None,
-        workers=settings.eval_workers,
+        workers=settings.eval_workers, memory_unit_mib=settings.vgpu_memory_unit_mib,
     )
     rt = Runtime(extender=extender, metrics=counters)
     app.state.runtime = rt

@@ -29,6 +29,7 @@ from scheduler_extender.decision import Ask, BadRequest, Decider
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
 from scheduler_extender.state import BindError, ClusterState, PodRef, ReservationConflict
+from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.base import Decision
 
 log = logging.getLogger("gputopo.extender")
@@ -93,13 +94,15 @@ class Binder:
         memo: the requests filter parsed.
         policy: the default policy (pods may pick another with ``gputopo.io/policy``).
         metrics: where to count decisions and bind errors (optional).
+        memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device (pods fetched here).
     """
 
     def __init__(
         self, state: ClusterState, decider: Decider, memo: RequestMemo, policy: str,
-        metrics: Metrics | None = None,
+        metrics: Metrics | None = None, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
     ) -> None:
         self.state = state
+        self.memory_unit_mib = memory_unit_mib
         self.decider = decider
         self.memo = memo
         self.policy = policy
@@ -131,7 +134,7 @@ class Binder:
             _ns, _name, uid = pod_identity(obj)
             if pod.uid and uid and uid != pod.uid:
                 return None, f"pod {pod} has UID {uid}, the bind names {pod.uid}"
-            return parse_pod(obj), ""
+            return parse_pod(obj, memory_unit_mib=self.memory_unit_mib), ""
         except PodSpecError as exc:
             return None, f"pod {pod}: {exc}"
 

@@ -22,6 +22,12 @@ How a call is answered (the hot path: filter and prioritize over hundreds of nod
   decided in this thread when the :class:`_CostModel` says they fit); whatever is not done by
   the deadline is *provisional*: it passes filter on capacity and scores 0.
 
+A pod that asks for ``gputopo.io/vgpu-memory`` counts it in the extender's unit
+(``memory_unit_mib``, MiB per device); a node whose device plugin publishes another unit
+(``gputopo.io/vgpu-memory-unit-mib``) would hand out other memory for the same count, so such a
+node is refused for that pod, unresolvable, with the two units named (checked per node before
+grouping, and again at bind). Pods that ask no vGPU memory do not depend on the unit.
+
 Deciding never changes the cluster state. Node state comes from the state backend
 (:meth:`ClusterState.node_view`); a :class:`Candidate` may name pods whose allocations to
 leave out (``without``), which evaluates the node as if they were gone without touching the
@@ -54,7 +60,12 @@ from scheduler_extender.workers import (
     WorkerResult,
     default_workers,
 )
-from topology.contract import ANN_TOPOLOGY
+from topology.contract import (
+    ANN_TOPOLOGY,
+    ANN_VGPU_MEMORY_UNIT,
+    DEFAULT_VGPU_MEMORY_UNIT_MIB,
+    RESOURCE_VGPU_MEMORY,
+)
 from topology.model import Topology
 from topology.policies.base import Decision, NoFit, Request, RequestError
 from topology.policies.evaluate import Evaluator
@@ -162,6 +173,27 @@ _PROVISIONAL = Outcome(None, provisional=True)
 _NEEDS_POLICY = Outcome(None, "needs the policy")
 
 
+def memory_unit_refusal(published: str | None, own_mib: int) -> Outcome | None:
+    """The refusal of a node that publishes ``gputopo.io/vgpu-memory-unit-mib`` =
+    ``published`` to an extender counting ``gputopo.io/vgpu-memory`` in ``own_mib``-MiB
+    units (unresolvable: no eviction changes a unit); None when they agree or the node
+    publishes none (a device plugin that advertises no vGPU memory)."""
+    if published is None:
+        return None
+    text = published.strip()
+    if text.isdigit() and int(text) == own_mib:
+        return None
+    what = f"{text}-MiB units" if text.isdigit() else f"an invalid unit {published!r}"
+    return Outcome(
+        None,
+        f"node counts {RESOURCE_VGPU_MEMORY} in {what} ({ANN_VGPU_MEMORY_UNIT}) but this "
+        f"extender counts it in {own_mib}-MiB units: the pod's request would mean other "
+        "memory there; give the device plugin and the extender the same "
+        "--vgpu-memory-unit-mib",
+        unresolvable=True,
+    )
+
+
 class _CostModel:
     """Running estimate of decision time per (policy, class, busy GPUs, request shape),
     seconds.
@@ -240,13 +272,19 @@ class Decider:
         workers: worker processes for budgeted decisions (None = :func:`default_workers`;
             0 = none: the request thread decides what its cost model says fits the budget,
             and the rest stays provisional until a later call has the time).
+        memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device as this extender counts
+            pods' requests; nodes publishing another unit are refused to pods asking vGPU
+            memory.
     """
 
     def __init__(
         self, state: ClusterState, metrics: Metrics | None = None,
         budget_ms: float | None = None, workers: int | None = None,
+        memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
     ) -> None:
         self.state = state
+        self.memory_unit_mib = memory_unit_mib
+        self._seen_unit: dict[str, str] = {}
         self.metrics = metrics
         self.budget_s = budget_ms / 1000.0 if budget_ms else None
         if workers is None:
@@ -336,6 +374,9 @@ class Decider:
         Raises:
             BadRequest: the request is invalid for the policy.
         """
+        refused = self._unit_refusal(view.name, ask.request)
+        if refused is not None:
+            return refused
         started = time.perf_counter()
         outcome = self._evaluate(ask.policy, view, ask.request)
         self._costs.observe(
@@ -352,6 +393,28 @@ class Decider:
             view = NodeView.of(name, self._seen_topology[name], view.state, view.state_key,
                                view.state_id)
         return view
+
+    # ------------------------------------------------------------------ memory unit
+    def _unit_refusal(
+        self, name: str, request: Request, node: Mapping[str, Any] | None = None
+    ) -> Outcome | None:
+        """Refuse ``name`` when ``request`` asks vGPU memory and the node publishes a
+        ``gputopo.io/vgpu-memory-unit-mib`` other than this extender's unit (read from the
+        Node object kube-scheduler sent, else from the state backend); None = no objection."""
+        if request.memory_mib <= 0:
+            return None
+        published: str | None = None
+        if node is not None:
+            meta = node.get("metadata")
+            ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+            value = ann.get(ANN_VGPU_MEMORY_UNIT) if isinstance(ann, Mapping) else None
+            if isinstance(value, str):
+                published = self._seen_unit[name] = value
+            else:
+                self._seen_unit.pop(name, None)
+        else:
+            published = self.state.node_memory_unit(name) or self._seen_unit.get(name)
+        return memory_unit_refusal(published, self.memory_unit_mib)
 
     # ------------------------------------------------------------------ grouping
     def _view(self, c: Candidate, by_free: bool) -> NodeView:
@@ -385,6 +448,13 @@ class Decider:
             )
         if request.fractional:
             biggest = max(g.memory_mib for g in topo.gpus)
+            if request.memory_mib and biggest == 0:
+                return Outcome(
+                    None,
+                    "the node's GPU memory is unknown (its device plugin advertises no "
+                    f"{RESOURCE_VGPU_MEMORY}; see its --gpu-memory-mib)",
+                    True,
+                )
             if request.memory_mib > biggest:
                 return Outcome(
                     None,
@@ -447,6 +517,10 @@ class Decider:
         by_free = get_policy(policy).keys_by_free_mask(request)
         for c in candidates:
             view = self._view(c, by_free)
+            refused = self._unit_refusal(c.name, request, c.node)
+            if refused is not None:
+                rows.append((c, view, refused))
+                continue
             group = view.group
             if group is None:
                 rows.append((c, view, self._evaluate(policy, view, request)))

@@ -39,6 +39,7 @@ from scheduler_extender.state import (
 )
 from topology.contract import (
     ANN_TOPOLOGY,
+    ANN_VGPU_MEMORY_UNIT,
     OUTPUT_ANNOTATIONS,
     AssignmentError,
     assignment_annotations,
@@ -147,6 +148,7 @@ class KubernetesState(BookedViews):
         self.reservation_grace_s = reservation_grace_s
         self._lock = threading.RLock()
         self._node_ann: dict[str, str | None] = {}
+        self._node_unit: dict[str, str] = {}
         self._uid_by_name: dict[str, str] = {}
         self._name_by_uid: dict[str, str] = {}
         self._synced = {"nodes": False, "pods": False}
@@ -246,6 +248,7 @@ class KubernetesState(BookedViews):
         items, rv = self.api.list_nodes()
         with self._lock:
             self._node_ann.clear()
+            self._node_unit.clear()
             self._views.clear()
             for node in items:
                 self._store_node(node)
@@ -260,6 +263,11 @@ class KubernetesState(BookedViews):
         ann = meta.get("annotations") or {}
         text = ann.get(ANN_TOPOLOGY) if isinstance(ann, Mapping) else None
         self._node_ann[name] = text if isinstance(text, str) else None
+        unit = ann.get(ANN_VGPU_MEMORY_UNIT) if isinstance(ann, Mapping) else None
+        if isinstance(unit, str):
+            self._node_unit[name] = unit
+        else:
+            self._node_unit.pop(name, None)
         self._views.pop(name, None)
 
     def apply_node_event(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -268,9 +276,14 @@ class KubernetesState(BookedViews):
             if kind == "DELETED":
                 name = _meta(node).get("name")
                 self._node_ann.pop(str(name), None)
+                self._node_unit.pop(str(name), None)
                 self._views.pop(str(name), None)
             else:
                 self._store_node(node)
+
+    def node_memory_unit(self, name: str) -> str | None:
+        """The node's ``gputopo.io/vgpu-memory-unit-mib`` annotation, None when absent."""
+        return self._node_unit.get(name)
 
     def node_topology(self, name: str) -> Topology | NodeTopologyError:
         """The node's topology from its annotation, or why there is none."""

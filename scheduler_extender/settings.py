@@ -31,6 +31,7 @@ from pydantic_settings import (
 )
 
 from scheduler_extender.state import NodesSpecError, parse_nodes_spec
+from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
 
 ENV_PREFIX = "GPUTOPO_EXTENDER_"
@@ -62,6 +63,10 @@ class ExtenderSettings(BaseSettings):
             when done. 0 (the default) = no budget: every answer is exact, and latency grows
             with the number of distinct node states. A budget (e.g. 20) bounds latency on
             very large clusters at the price of provisional scores for unseen states.
+        vgpu_memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device: pods request
+            vGPU memory in these units (must equal the device plugin's
+            ``--vgpu-memory-unit-mib``; a node publishing another unit is refused to pods
+            asking vGPU memory, with both units named).
         eval_workers: worker processes that finish over-budget decisions in the background
             (None = CPUs − 2, at most 4; 0 = none: the request thread decides what fits its
             budget and leaves the rest provisional until a later call has time).
@@ -82,6 +87,7 @@ class ExtenderSettings(BaseSettings):
     kubeconfig: Path | None = None
     eval_budget_ms: float = Field(default=0.0, ge=0, le=60_000)
     eval_workers: int | None = Field(default=None, ge=0, le=64)
+    vgpu_memory_unit_mib: int = Field(default=DEFAULT_VGPU_MEMORY_UNIT_MIB, ge=1, le=1 << 20)
 
     @field_validator("log_level", "state", mode="before")
     @classmethod

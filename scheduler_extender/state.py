@@ -407,6 +407,11 @@ class ClusterState(Protocol):
         """Used GPUs of the node (confirmed allocations plus in-flight reservations)."""
         ...
 
+    def node_memory_unit(self, name: str) -> str | None:
+        """The node's ``gputopo.io/vgpu-memory-unit-mib`` annotation as published (MiB per
+        ``gputopo.io/vgpu-memory`` device), None when the node publishes none."""
+        ...
+
     def node_view(self, name: str, *, without: frozenset[str] = frozenset()) -> NodeView:
         """Topology, state and state key in one call (the filter hot path).
 
@@ -507,6 +512,10 @@ class BookedViews:
     def node_topology(self, name: str) -> Topology | NodeTopologyError:  # pragma: no cover
         raise NotImplementedError
 
+    def node_memory_unit(self, name: str) -> str | None:
+        """The node's published vGPU-memory unit annotation (None: none published)."""
+        return None
+
     def node_state(self, name: str) -> NodeState:
         """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
         return self.book.state(name)[0]
@@ -539,6 +548,7 @@ class MemoryState(BookedViews):
 
     def __init__(self, nodes: Mapping[str, Topology] | None = None) -> None:
         self._nodes: dict[str, Topology] = dict(nodes or {})
+        self._units: dict[str, str] = {}
         self._views: dict[str, NodeView] = {}
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self._bound: dict[str, BoundPod] = {}  # "ns/name" -> record
@@ -554,10 +564,17 @@ class MemoryState(BookedViews):
         return cls(dict(parse_nodes_spec(spec)))
 
     # -------------------------------------------------------------- nodes
-    def add_node(self, name: str, topology: Topology) -> None:
-        """Add or replace a node."""
+    def add_node(
+        self, name: str, topology: Topology, *, memory_unit_mib: str | None = None
+    ) -> None:
+        """Add or replace a node; ``memory_unit_mib``: the ``gputopo.io/vgpu-memory-unit-mib``
+        annotation it publishes (None: none)."""
         with self._lock:
             self._nodes[name] = topology
+            if memory_unit_mib is None:
+                self._units.pop(name, None)
+            else:
+                self._units[name] = memory_unit_mib
             self._views.pop(name, None)
 
     def node_names(self) -> list[str]:
@@ -574,6 +591,10 @@ class MemoryState(BookedViews):
         if topo is None:
             return NodeTopologyError("node has no gputopo.io/topology annotation")
         return topo
+
+    def node_memory_unit(self, name: str) -> str | None:
+        """The unit given to :meth:`add_node` (catalog nodes publish none)."""
+        return self._units.get(name)
 
 
     def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:

@@ -23,6 +23,7 @@ from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.state import ClusterState, PodRef
+from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.registry import get_policy
 
 log = logging.getLogger("gputopo.extender")
@@ -44,6 +45,9 @@ class Extender:
             budget: every decision is made before answering (exact, deterministic; the
             default).
         workers: worker processes for budgeted decisions (None = the default count; 0 = none).
+        memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device: pods' requests are
+            counted in it, and nodes publishing another unit are refused to pods asking vGPU
+            memory.
 
     Attributes:
         metrics: the counters given (None = not counted).
@@ -57,14 +61,16 @@ class Extender:
     def __init__(
         self, state: ClusterState, policy: str, metrics: Metrics | None = None,
         budget_ms: float | None = None, workers: int | None = None,
+        memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
     ) -> None:
         get_policy(policy)
         self.state = state
         self.policy = policy
         self.metrics = metrics
+        self.memory_unit_mib = memory_unit_mib
         self.memo = RequestMemo()
-        self.decider = Decider(state, metrics, budget_ms, workers)
-        self.binder = Binder(state, self.decider, self.memo, policy, metrics)
+        self.decider = Decider(state, metrics, budget_ms, workers, memory_unit_mib)
+        self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib)
 
     def close(self) -> None:
         """Stop the decision layer's worker processes (if any)."""
@@ -79,7 +85,7 @@ class Extender:
         try:
             ns, name, uid = pod_identity(pod)
             ref = PodRef(ns, name, uid)
-            preq = parse_pod(pod)
+            preq = parse_pod(pod, memory_unit_mib=self.memory_unit_mib)
         except PodSpecError as exc:
             raise PodError(f"pod {_pod_label(pod)}: {exc}") from None
         self.memo.remember(ref, preq)

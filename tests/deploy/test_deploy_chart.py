@@ -174,7 +174,11 @@ def test_extender_settings_file_is_accepted_by_the_extender(
     path.write_text(cm["data"]["extender.yaml"])
     data = read_config_file(path)  # unknown keys would raise SettingsError
     assert data == {"host": "0.0.0.0", "port": 8888, "state": "kubernetes",
-                    "policy": "gputopo", "log_level": "info"}
+                    "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256}
+    # one unit for both programs: the device plugins' value
+    dp = find(variants["default"], "DaemonSet", "gputopo-device-plugin")
+    env = {e["name"]: e.get("value") for e in container(dp)["env"]}
+    assert env["GPUTOPO_DP_VGPU_MEMORY_UNIT_MIB"] == str(data["vgpu_memory_unit_mib"])
     get_policy(data["policy"])  # the default policy is registered
 
 

@@ -156,6 +156,8 @@ port: {{ .Values.extender.port }}
 state: kubernetes
 policy: {{ .Values.extender.policy }}
 log_level: {{ .Values.extender.logLevel }}
+# the device plugins' unit (one value for both programs: pods count vGPU memory in it)
+vgpu_memory_unit_mib: {{ .Values.devicePlugin.vgpuMemoryUnitMiB }}
 {{- if .Values.extender.tls.enabled }}
 tls_cert: /etc/gputopo-tls/tls.crt
 tls_key: /etc/gputopo-tls/tls.key
