@@ -346,7 +346,7 @@ class KubernetesState(BookedViews):
                     self.book.remove(uid)
                 return  # an unconfirmed reservation stays: bind is in flight
             try:
-                assignment = parse_assignment(ann)  # type: ignore[arg-type]
+                assignment = parse_assignment(ann)
             except AssignmentError as exc:
                 log.warning("pod %s has unreadable gputopo annotations: %s", key, exc)
                 return
