@@ -49,6 +49,7 @@ from topology.model import Topology
 from topology.patterns import Pattern
 from topology.policies import amaral
 from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.common import MODEL_MAPA
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy
@@ -367,7 +368,7 @@ class Simulation:
                     continue
                 aggressors = [o.profile for o in jobs_here if o is not r and o.profile
                               is not None and o.sockets & r.sockets]
-                rate = 1.0 / (1.0 + rt.slowdown(r.profile, aggressors))  # type: ignore[arg-type]
+                rate = 1.0 / (1.0 + rt.slowdown(r.profile, aggressors))
                 if abs(rate - r.rate) > 1e-12:
                     r.work_left -= (now - r.last_s) * r.rate
                     r.last_s, r.rate = now, rate
@@ -398,7 +399,7 @@ class Simulation:
                 rec.effbw_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
                                                 self.judge)
                 rec.effbw_eq2_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
-                                                    rt.MODEL_MAPA)
+                                                    MODEL_MAPA)
                 rec.ideal_gbps = rt.ideal_effbw(self.topology, pattern, self.judge,
                                                 self.evaluator.memo)
             rec.bandwidth_factor = rt.bandwidth_factor(rec.effbw_gbps, rec.ideal_gbps,

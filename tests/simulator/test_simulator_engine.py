@@ -15,6 +15,7 @@ from simulator.engine import RunResult, Simulation
 from simulator.workloads import Job, Workload, amaral_prototype, load_workload
 from topology import catalog
 from topology.patterns import ring
+from topology.policies.common import MODEL_GPUTOPO
 from topology.policies.memo import Memo
 
 ALL_POLICIES = ["baseline", "nvidia-best-effort", "gaia", "mapa-greedy", "mapa-preserve",
@@ -149,7 +150,7 @@ def test_run_time_model() -> None:
     assert rt.bandwidth_factor(10.0, 40.0, 0.0) == 1.0  # insensitive
     assert rt.bandwidth_factor(60.0, 80.0, 0.5) == 1.0  # both past saturation (50 GB/s)
     dgx = catalog.get("dgx1-v100")
-    assert rt.ideal_effbw(dgx, ring(2), rt.MODEL_GPUTOPO, Memo()) == pytest.approx(0.7844 * 50)
+    assert rt.ideal_effbw(dgx, ring(2), MODEL_GPUTOPO, Memo()) == pytest.approx(0.7844 * 50)
 
 
 def test_bad_inputs_are_one_line_errors() -> None:
