@@ -29,8 +29,8 @@ from localcluster.controlplane import (
     KWOK_NODE_ANNOTATION,
     ControlPlane,
     ControlPlaneError,
-    ManagedProcess,
 )
+from localcluster.process import ManagedProcess
 
 __all__ = [
     "DEFAULT_SCHEDULER_CONFIG",

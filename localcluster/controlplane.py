@@ -376,7 +376,7 @@ class ControlPlane:
         def ready() -> bool:
             url = f"{self.server_url}/readyz"
             with urllib.request.urlopen(url, timeout=5, context=ctx) as resp:
-                return resp.status == 200 and resp.read().strip() == b"ok"
+                return bool(resp.status == 200 and resp.read().strip() == b"ok")
 
         self._wait_ready(proc, ready, "kube-apiserver /readyz")
 
@@ -464,7 +464,7 @@ class ControlPlane:
         def healthy() -> bool:
             url = f"https://127.0.0.1:{port}/healthz"
             with urllib.request.urlopen(url, timeout=2, context=insecure) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
 
         self._wait_ready(proc, healthy, f"{name} /healthz")
         return proc
@@ -502,7 +502,7 @@ class ControlPlane:
 
         def healthy() -> bool:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as resp:
-                return resp.status == 200
+                return bool(resp.status == 200)
 
         self._wait_ready(proc, healthy, "kwok /healthz")
         return proc
