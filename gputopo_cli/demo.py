@@ -283,7 +283,7 @@ class _Scheduler:
         r.raise_for_status()
         res = r.json()
         if res["Error"]:
-            return res["Error"]
+            return str(res["Error"])
         if by_objects:
             feasible = [n["metadata"]["name"] for n in res["Nodes"]["items"]]
         else:
@@ -310,7 +310,7 @@ class _Scheduler:
         self.calls += 1
         r.raise_for_status()
         if r.json()["Error"]:
-            return r.json()["Error"]
+            return str(r.json()["Error"])
         return node, scores.get(node, 0)
 
 
@@ -422,7 +422,7 @@ def _placement_line(pl: Placement) -> str:
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
     if not values:
-        return (float("nan"),) * 3  # type: ignore[return-value]
+        return float("nan"), float("nan"), float("nan")
     a = np.array(values)
     return float(a.min()), float(np.percentile(a, 25)), float(np.median(a))
 
