@@ -215,3 +215,19 @@ def test_first_difference_names_what_differs() -> None:
     other = replace(dgx, gpus=(replace(dgx.gpus[0], memory_mib=1), *dgx.gpus[1:]))
     assert first_difference(dgx, other) == "GPU 0 memory_mib is 1 instead of 16160"
     assert open_node_gpus("dgx1-v100").fake
+
+
+def test_the_driver_path_completes_what_nvml_does_not_say() -> None:
+    """A real node takes the same completion: a driver reporting no memory for a catalog GPU
+    model gets the catalog's figure; the topology is named after the node."""
+    from topology.discovery.fake_nvml import FakeNVML
+
+    dgx = catalog.get("dgx1-v100")
+    silent = replace(dgx, gpus=tuple(replace(g, memory_mib=0) for g in dgx.gpus))
+    gpus = open_node_gpus(None, node_name="gpu-node-7", nvml=FakeNVML(silent))
+    assert not gpus.fake
+    assert gpus.topology.name == "gpu-node-7"
+    assert gpus.topology == dgx  # memory from the catalog's V100-SXM2-16GB
+    unknown = replace(silent, gpus=tuple(replace(g, name="Mystery") for g in silent.gpus))
+    gpus = open_node_gpus(None, nvml=FakeNVML(unknown), gpu_memory_mib=8192)
+    assert [g.memory_mib for g in gpus.topology.gpus] == [8192] * 8
