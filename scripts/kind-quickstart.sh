@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gputopo on kind, with fake GPUs: create a cluster (kind/kind-config.yaml: 1 control plane, 2
+# gputopo on kind, with fake GPUs: create a cluster (kind-config.yaml: 1 control plane, 2
 # workers labelled as GPU nodes), build the gputopo image and load it into the nodes, install
 # the chart with every device plugin faking a DGX-1 V100 (8 GPUs, hybrid cube-mesh NVLink),
 # submit the 4-GPU ring example and print where gputopo placed it.
@@ -47,7 +47,7 @@ if kind get clusters 2>/dev/null | grep -qx "${CLUSTER}"; then
   log "reusing kind cluster ${CLUSTER}"
 else
   log "creating kind cluster ${CLUSTER}"
-  kind create cluster --name "${CLUSTER}" --config kind/kind-config.yaml \
+  kind create cluster --name "${CLUSTER}" --config kind-config.yaml \
     ${KIND_NODE_IMAGE:+--image "${KIND_NODE_IMAGE}"} --wait 180s
 fi
 

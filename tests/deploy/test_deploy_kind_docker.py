@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_kind_config() -> None:
-    cfg = yaml.safe_load((REPO / "kind" / "kind-config.yaml").read_text())
+    cfg = yaml.safe_load((REPO / "kind-config.yaml").read_text())
     assert cfg["kind"] == "Cluster"
     assert cfg["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     assert set(cfg) <= {"kind", "apiVersion", "name", "nodes", "networking",
@@ -70,7 +70,7 @@ def test_quickstart_script() -> None:
     subprocess.run(["bash", "-n", str(script)], check=True)
     text = script.read_text()
     assert "set -euo pipefail" in text
-    assert "--config kind/kind-config.yaml" in text
+    assert "--config kind-config.yaml" in text
     assert "kind load docker-image" in text
     assert "devicePlugin.fakeTopology=" in text and "dgx1-v100" in text
     assert "examples/ring-4gpu.yaml" in text
