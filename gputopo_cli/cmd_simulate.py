@@ -15,11 +15,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def simulate(
-        workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2 | andreas-armida | andreas-s1 | andreas-s2, with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
-        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for andreas-* workloads: fifo,edf,ps,andreas")],
+        workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2 | tabrizian-best | tabrizian-worst | tabrizian-mix | andreas-armida | andreas-s1 | andreas-s2, with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
+        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for tabrizian-* workloads exclusive,random-colocate,colocate,gputopo; for andreas-* workloads: fifo,edf,ps,andreas")],
         out: Annotated[Path, typer.Option("--out", "-o", help="output directory (CSV per run, summary.json, summary.md, plots)")],
-        topology: Annotated[str | None, typer.Option("--topology", "-t", help="every node's topology: catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output (optional for workloads that define their own cluster: andreas-*)")] = None,
-        nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="number of nodes (default: the workload's: mapa 1, amaral-s1 5, amaral-s2 1000, andreas-s1/s2 10)")] = None,
+        topology: Annotated[str | None, typer.Option("--topology", "-t", help="every node's topology: catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output (optional for workloads that define their own cluster: tabrizian-*, andreas-*, files with a cluster)")] = None,
+        nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="number of nodes (default: the workload's: mapa 1, amaral-s1 5, amaral-s2 1000, tabrizian-best/worst 2, tabrizian-mix 4, andreas-s1/s2 10)")] = None,
         seed: Annotated[int, typer.Option("--seed", "-s", help="workload generator seed (and the planner's)")] = 0,
         queue: Annotated[str, typer.Option("--queue", help="fifo (a job that fits nowhere blocks the queue) | backfill")] = "fifo",
         node_choice: Annotated[str | None, typer.Option("--node-choice", help="force one node-choice rule for all policies: extender | least-allocated | first-fit | most-allocated | utility")] = None,
@@ -28,6 +28,8 @@ def register(app: typer.Typer) -> None:
         iterations: Annotated[int, typer.Option("--planner-iterations", help="andreas: MaxIt_RG, iterations of the Randomized Greedy per rescheduling point")] = 1000,
         interval: Annotated[float, typer.Option("--reschedule-every", help="andreas: seconds between periodic rescheduling points (also H in the worst-case tardiness)")] = 300.0,
         rho: Annotated[float, typer.Option("--rho", help="andreas: penalty coefficient for postponed jobs (ρ)")] = 100.0,
+        slots: Annotated[int, typer.Option("--slots", help="co-location slots per GPU for shared jobs (gputopo.io/gpu-shared)")] = 3,
+        threshold: Annotated[float, typer.Option("--threshold", help="co-location threshold on the sum of C (Tabrizian §4.2.4, Eq. 4.3 units)")] = 4e7,
     ) -> None:
         """Simulate a workload on a cluster under each policy (same policy code as the extender
         and the planner).
@@ -59,17 +61,21 @@ def register(app: typer.Typer) -> None:
                        "CSVs" + (" and plots" if plots else ""))
             return
 
-        from simulator.report import tables_markdown
+        from simulator.report import colocation_table, tables_markdown
         from simulator.run import simulate as run
 
         try:
             results_p, _ = run(
                 topology, workload, policies, nodes=nodes, seed=seed, out=out, queue=queue,
                 node_choice=node_choice, judge=effbw_model, make_plots=plots,
-                progress=lambda line: typer.echo(line, err=True),
+                progress=lambda line: typer.echo(line, err=True), slots=slots,
+                threshold=threshold,
             )
         except SimulationError as exc:
             fail(str(exc))
+        colo = colocation_table(results_p)
+        if colo:
+            typer.echo(colo)
         typer.echo(tables_markdown(results_p))
         typer.echo(f"wrote {out}/summary.json, summary.md, details.json, per-policy CSVs"
                    + (" and plots" if plots else ""))

@@ -33,6 +33,14 @@ idle machines are one call). Among the groups that accept, the *node choice* rul
 
 **Decision time** is the wall-clock time of that whole step for the placed attempt (every
 group's ``place`` call, cache hits included, plus the node choice), per job.
+
+**Co-location** (Tabrizian; shared jobs, ``Job.shared``). A shared job asks for one slot of a
+GPU (``NodeState.slots_per_gpu``, default 3). The policy's decision names the GPU; the nodes'
+decisions are compared by their ``colocation.rank`` (the same key the extender's prioritize
+uses for shared pods), ties to the lowest node index. A GPU carrying co-located jobs is busy
+for whole-GPU jobs. While jobs share a GPU, each progresses at ``1 / s_{j,S}`` of its solo
+speed, ``s`` from :func:`topology.colocation.model.slowdowns` for the current set S; the rates
+are recomputed whenever a job joins or leaves the GPU.
 """
 
 from __future__ import annotations
@@ -45,10 +53,21 @@ from dataclasses import dataclass, field
 from simulator import SimulationError
 from simulator import runtime as rt
 from simulator.workloads import Job, Workload
+from topology.colocation.model import DEFAULT_SLOTS, DEFAULT_THRESHOLD, slowdowns
+from topology.colocation.profile import JobProfile
 from topology.model import Topology
 from topology.patterns import Pattern
 from topology.policies import amaral
-from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.base import (
+    FULL_CORE,
+    Decision,
+    GPUUsage,
+    NodeState,
+    NoFit,
+    Request,
+    RequestError,
+    Resident,
+)
 from topology.policies.common import MODEL_MAPA
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
@@ -91,6 +110,8 @@ class JobRecord:
     attempts: int = 0
     postponements: int = 0
     policy_effbw_gbps: float = 0.0
+    corunners: set[int] = field(default_factory=set)
+    predicted_delta: float | None = None
 
     @property
     def queueing_s(self) -> float:
@@ -101,6 +122,17 @@ class JobRecord:
     def run_s(self) -> float:
         """Time from placement to completion, seconds."""
         return self.end_s - self.start_s
+
+    @property
+    def jct_s(self) -> float:
+        """Job completion time as Tabrizian §6 defines it: "the time between the time that the
+        job starts running and the time that the job leaves the cluster" (= ``run_s``)."""
+        return self.end_s - self.start_s
+
+    @property
+    def slowdown(self) -> float:
+        """Run time over solo run time (≥ 1 when slowed by bandwidth or co-runners)."""
+        return self.run_s / self.job.runtime_s if self.job.runtime_s > 0 else 1.0
 
     @property
     def measured(self) -> bool:
@@ -157,6 +189,8 @@ class _Running:
     rate: float = 1.0
     last_s: float = 0.0
     version: int = 0
+    colo: JobProfile | None = None
+    gpu: int = -1
 
 
 class Simulation:
@@ -175,16 +209,20 @@ class Simulation:
         memo: the policies' per-class tables, shared on purpose by the runs of one
             :func:`simulator.run.simulate` (None = this run's own). Each run owns its
             :class:`~topology.policies.evaluate.Evaluator` (decisions, hit counts).
+        slots: co-location slots per GPU (shared jobs; default 3).
+        threshold: the ΣC threshold of co-location (Tabrizian §4.2.4; default 4·10⁷).
 
     Raises:
-        SimulationError: unknown policy / rule / queue / judge, a job larger than a node, or a
-            job the policy cannot place even on an idle node.
+        SimulationError: unknown policy / rule / queue / judge, a job larger than a node, a
+            job the policy cannot place even on an idle node, shared jobs for a policy that
+            does not co-locate, or bad co-location settings.
     """
 
     def __init__(self, topology: Topology, nodes: int, workload: Workload, policy: str, *,
                  queue: str = "fifo", node_choice: str | None = None,
                  judge: str = rt.JUDGES[0], group_nodes: bool = True,
-                 memo: Memo | None = None) -> None:
+                 memo: Memo | None = None, slots: int = DEFAULT_SLOTS,
+                 threshold: float = DEFAULT_THRESHOLD) -> None:
         try:
             get_policy(policy)
         except UnknownPolicy as exc:
@@ -200,6 +238,12 @@ class Simulation:
         if judge not in rt.JUDGES:
             raise SimulationError(f"unknown EffBW model {judge!r}; use {' or '.join(rt.JUDGES)}")
         self.evaluator = Evaluator(memo=memo)
+        if slots < 1:
+            raise SimulationError("--slots must be at least 1")
+        if not threshold > 0:
+            raise SimulationError("--threshold must be positive")
+        self.slots = slots
+        self.threshold = threshold
         self.topology = topology
         self.n_nodes = nodes
         self.workload = workload
@@ -223,7 +267,7 @@ class Simulation:
                 raise SimulationError(
                     f"job {job.id} asks for {job.gpus} GPUs; a {self.topology.name} node has "
                     f"{self.size}")
-            req = job.request()
+            req = job.request(self.threshold)
             key = req.key()
             self.requests[job.id] = req
             self.request_keys[job.id] = key
@@ -233,27 +277,51 @@ class Simulation:
             try:
                 self.evaluator.ideal(self.policy, self.topology, req)
             except NoFit as exc:
+                what = "a co-location slot" if job.shared else f"{job.gpus} GPUs"
                 raise SimulationError(
-                    f"job {job.id} ({job.gpus} GPUs): policy {self.policy} cannot place it even "
+                    f"job {job.id} ({what}): policy {self.policy} cannot place it even "
                     f"on an idle {self.topology.name} node: {exc}") from None
             except RequestError as exc:
                 raise SimulationError(f"job {job.id}: {exc}") from None
 
     # ------------------------------------------------------------------ state helpers
-    def _state(self, mask: int) -> NodeState:
-        st = self._states.get(mask)
+    # A node's group key is its free mask (an int) while no GPU of it is shared, else
+    # ``(mask, ((gpu, resident names), ...))``: nodes with co-located jobs are grouped only
+    # with nodes holding the very same jobs (i.e. never), the others exactly as before.
+    @staticmethod
+    def _mask_of(nk: object) -> int:
+        return nk if isinstance(nk, int) else nk[0]  # type: ignore[index,no-any-return]
+
+    def _key_of(self, node: int, mask: int) -> object:
+        shared = self.shared_on[node]
+        if not shared:
+            return mask
+        return (mask, tuple(sorted((g, tuple(r.name for r in res))
+                                   for g, res in shared.items())))
+
+    def _state(self, nk: object, node: int) -> NodeState:
+        st = self._states.get(nk)
         if st is None:
-            st = NodeState.whole(g for g in range(self.size) if not mask >> g & 1)
-            self._states[mask] = st
+            mask = self._mask_of(nk)
+            shared = self.shared_on[node] if not isinstance(nk, int) else {}
+            usage = {g: GPUUsage(FULL_CORE, 0) for g in range(self.size)
+                     if not mask >> g & 1 and g not in shared}
+            usage.update({g: GPUUsage(residents=res) for g, res in shared.items()})
+            st = NodeState(usage, slots_per_gpu=self.slots)
+            if isinstance(nk, int):  # shared states are one node's: not worth caching
+                self._states[nk] = st
         return st
 
     def _move(self, node: int, new_mask: int) -> None:
         old = self.masks[node]
-        group = self.groups[old]
+        old_key = self.keys[node]
+        new_key = self._key_of(node, new_mask)
+        group = self.groups[old_key]
         group.remove(node)
         if not group:
-            del self.groups[old]
-        bisect.insort(self.groups.setdefault(new_mask, []), node)
+            del self.groups[old_key]
+        bisect.insort(self.groups.setdefault(new_key, []), node)
+        self.keys[node] = new_key
         self.masks[node] = new_mask
         self.free_count[old.bit_count()] -= 1
         self.free_count[new_mask.bit_count()] += 1
@@ -261,6 +329,18 @@ class Simulation:
         p_new, b_new = rt.node_fragmentation(self.topology, new_mask)
         self.preserved_sum += p_new - p_old
         self.best_sum += b_new - b_old
+
+    def _shared_capacity(self, job: Job) -> bool:
+        """Some node has an idle GPU, or a shared GPU with a free slot and the job's memory."""
+        if self._max_free() > 0:
+            return True
+        need = job.gpu_memory_mib or 0
+        for shared in self.shared_on:
+            for g, res in shared.items():
+                if len(res) < self.slots and sum(r.memory_mib for r in res) + need <= \
+                        self.topology.gpus[g].memory_mib:
+                    return True
+        return False
 
     def _max_free(self) -> int:
         for k in range(self.size, -1, -1):
@@ -274,7 +354,11 @@ class Simulation:
         return max(0.0, 1.0 - self.preserved_sum / self.best_sum)
 
     # ------------------------------------------------------------------ placement
-    def _score(self, decision: Decision, mask: int, req: Request) -> tuple[float, ...]:
+    def _score(self, decision: Decision, nk: object, node: int,
+               req: Request) -> tuple[float, ...]:
+        if decision.colocation is not None:  # shared: the policy's own cross-node rank
+            return decision.colocation.rank
+        mask = self._mask_of(nk)
         free_before = mask.bit_count()
         rule = self.rule
         if rule == "least-allocated":
@@ -284,12 +368,12 @@ class Simulation:
         if rule == "utility":
             # Eq. 5 over all of the cluster's sockets is the same whichever node is chosen, so
             # nodes are ranked by the communication and interference terms, then fullest first
-            u = amaral.utility(self.topology, self._state(mask), req, decision.mapping)
+            u = amaral.utility(self.topology, self._state(nk, node), req, decision.mapping)
             a_cc, a_b, _ = amaral.ALPHA
             return (-round(a_cc * u.communication + a_b * u.interference, 9), free_before)
         # extender: the extender's own prioritize score (0-10), its unrounded value, then
         # the fullest node (kube-scheduler breaks equal scores at random; we stay deterministic)
-        ns = node_score(self.policy, self.topology, self._state(mask), req, decision,
+        ns = node_score(self.policy, self.topology, self._state(nk, node), req, decision,
                         evaluator=self.evaluator)
         raw = W_QUALITY * ns.quality + W_FRAGMENTATION * (1.0 - ns.fragmentation)
         return (-ns.score, -round(raw, 9), free_before)
@@ -298,21 +382,22 @@ class Simulation:
         req = self.requests[job.id]
         t0 = time.perf_counter()
         best: tuple[tuple[float, ...], int, Decision] | None = None
+        pairs: list[tuple[object, int]]
         if self.group_nodes:
-            pairs = [(mask, members[0]) for mask, members in self.groups.items()]
+            pairs = [(nk, members[0]) for nk, members in self.groups.items()]
         else:
-            pairs = list(zip(self.masks, range(self.n_nodes), strict=True))
-        for mask, node in pairs:
-            if mask.bit_count() < job.gpus:
+            pairs = list(zip(self.keys, range(self.n_nodes), strict=True))
+        for nk, node in pairs:
+            if not job.shared and self._mask_of(nk).bit_count() < job.gpus:
                 continue
             try:
-                decision = self.evaluator.place(self.policy, self.topology, self._state(mask),
-                                                req)
+                decision = self.evaluator.place(self.policy, self.topology,
+                                                self._state(nk, node), req)
             except NoFit:
                 continue
             except RequestError as exc:
                 raise SimulationError(f"job {job.id}: {exc}") from None
-            key = (*self._score(decision, mask, req), node)
+            key = (*self._score(decision, nk, node, req), node)
             if best is None or key < best[0]:
                 best = (key, node, decision)
         elapsed = (time.perf_counter() - t0) * 1000.0
@@ -330,9 +415,13 @@ class Simulation:
         """
         self.evaluator.clear_decisions()
         wall0 = time.perf_counter()
-        self._states: dict[int, NodeState] = {}
+        self._states: dict[object, NodeState] = {}
         self.masks = [self.full_mask] * self.n_nodes
-        self.groups: dict[int, list[int]] = {self.full_mask: list(range(self.n_nodes))}
+        self.shared_on: list[dict[int, tuple[Resident, ...]]] = [
+            {} for _ in range(self.n_nodes)]
+        self.keys: list[object] = [self.full_mask] * self.n_nodes
+        self.groups: dict[object, list[int]] = {self.full_mask: list(range(self.n_nodes))}
+        gpu_jobs: dict[tuple[int, int], list[_Running]] = {}
         self.free_count = [0] * (self.size + 1)
         self.free_count[self.size] = self.n_nodes
         p0, b0 = rt.node_fragmentation(self.topology, self.full_mask)
@@ -374,8 +463,81 @@ class Simulation:
                     r.last_s, r.rate = now, rate
                     push_completion(r, now)
 
+        def rerate_gpu(node: int, g: int, now: float) -> None:
+            jobs_here = gpu_jobs.get((node, g), [])
+            factors = slowdowns([x.colo for x in jobs_here if x.colo is not None])
+            for x, f in zip(jobs_here, factors, strict=True):
+                rate = 1.0 / f
+                if abs(rate - x.rate) > 1e-12:
+                    x.work_left -= (now - x.last_s) * x.rate
+                    x.last_s, x.rate = now, rate
+                    push_completion(x, now)
+
+        def start_shared(job: Job, node: int, decision: Decision, ms: float,
+                         now: float) -> None:
+            nonlocal busy
+            assert decision.colocation is not None
+            g = decision.gpus[0]
+            mask = self.masks[node]
+            residents = self.shared_on[node].get(g, ())
+            if not mask >> g & 1 and not residents:
+                raise SimulationError(f"policy {self.policy} gave shared job {job.id} GPU {g} "
+                                      f"of node {node}, which is held whole")
+            try:  # the state's own checks: slots, one mode per GPU
+                self._state(self.keys[node], node).with_allocation(decision)
+            except ValueError as exc:
+                raise SimulationError(f"policy {self.policy}, job {job.id}: {exc}") from None
+            prof = job.colocation_profile()
+            if sum(r.memory_mib for r in residents) + prof.gpu_memory_mib > \
+                    self.topology.gpus[g].memory_mib:
+                raise SimulationError(f"policy {self.policy} overcommitted GPU {g}'s memory "
+                                      f"on node {node} with job {job.id}")
+            rec = records[job.id]
+            for other in gpu_jobs.get((node, g), []):
+                other.record.corunners.add(job.id)
+                rec.corunners.add(other.record.job.id)
+            self.shared_on[node][g] = residents + (
+                Resident(f"job-{job.id}", prof, prof.gpu_memory_mib),)
+            if mask >> g & 1:
+                busy += 1
+            self._move(node, mask & ~(1 << g))
+            rec.node, rec.gpus, rec.mapping = node, (g,), (g,)
+            rec.start_s, rec.decision_ms = now, ms
+            rec.predicted_delta = decision.colocation.chosen.delta
+            r = _Running(rec, frozenset({self.sockets[g]}), None, job.runtime_s, 1.0, now,
+                         colo=prof, gpu=g)
+            running[job.id] = r
+            self.running_on[node].append(r)
+            gpu_jobs.setdefault((node, g), []).append(r)
+            push_completion(r, now)
+            rerate_gpu(node, g, now)
+
+        def finish_shared(r: _Running, now: float) -> None:
+            nonlocal busy, done
+            rec = r.record
+            rec.end_s = now
+            node, g = rec.node, r.gpu
+            self.running_on[node].remove(r)
+            del running[rec.job.id]
+            gpu_jobs[(node, g)].remove(r)
+            kept = tuple(x for x in self.shared_on[node][g] if x.name != f"job-{rec.job.id}")
+            mask = self.masks[node]
+            if kept:
+                self.shared_on[node][g] = kept
+            else:
+                del self.shared_on[node][g]
+                del gpu_jobs[(node, g)]
+                mask |= 1 << g
+                busy -= 1
+            self._move(node, mask)
+            done += 1
+            rerate_gpu(node, g, now)
+
         def start(job: Job, node: int, decision: Decision, ms: float, now: float) -> None:
             nonlocal busy
+            if decision.colocation is not None:
+                start_shared(job, node, decision, ms, now)
+                return
             mask = self.masks[node]
             for g in decision.gpus:
                 if not mask >> g & 1:
@@ -414,6 +576,9 @@ class Simulation:
 
         def finish(r: _Running, now: float) -> None:
             nonlocal busy, done
+            if r.colo is not None:
+                finish_shared(r, now)
+                return
             rec = r.record
             rec.end_s = now
             node = rec.node
@@ -433,7 +598,8 @@ class Simulation:
             max_free = self._max_free()
             while i < len(queue):
                 job = queue[i]
-                if job.gpus > max_free:
+                if (job.gpus > max_free) if not job.shared else \
+                        not self._shared_capacity(job):
                     if self.queue_mode == "fifo":
                         break
                     i += 1
@@ -484,7 +650,7 @@ class Simulation:
         """Best judged EffBW any node's free GPUs offer ``pattern`` right now (exhaustive per
         distinct free mask); None when some search cannot be exhaustive."""
         best = 0.0
-        for mask in self.groups:
+        for mask in {self._mask_of(nk) for nk in self.groups}:
             if mask.bit_count() < pattern.size:
                 continue
             free = tuple(g for g in range(self.size) if mask >> g & 1)

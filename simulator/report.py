@@ -8,7 +8,9 @@ Metrics per policy (``docs/simulator.md`` explains how to read them):
 * the share of those jobs that got the exhaustive-optimum EffBW among the GPUs free when they
   were placed;
 * queueing time of every job (placement − submission), makespan (last completion − first
-  submission);
+  submission), JCT (completion − start, Tabrizian §6's definition) with its p95;
+* for workloads with shared (co-located) jobs, a table of makespan, median/p95 JCT and queueing
+  per policy with the ratio to ``exclusive`` (Tabrizian's FIFO baseline);
 * fragmentation over time (``1 − Σ PreservedBW / Σ best PreservedBW`` of the free GPUs);
 * decision time per job (p50, p99, ms).
 
@@ -28,6 +30,8 @@ import numpy as np
 from simulator.engine import JobRecord, RunResult
 
 QKEYS = ("min", "p25", "median", "p75", "max")
+#: JCT quantiles also report the 95th percentile (Tabrizian's tail).
+JCT_QKEYS = ("min", "p25", "median", "p75", "p95", "max")
 #: Timelines longer than this are drawn as time-weighted means over PLOT_BINS bins.
 MAX_STEPS = 600
 PLOT_BINS = 200
@@ -40,6 +44,15 @@ def quantiles(values: Sequence[float]) -> dict[str, float | None]:
     arr = np.asarray(values, dtype=np.float64)
     qs = np.percentile(arr, [0, 25, 50, 75, 100])
     return {k: round(float(v), 4) for k, v in zip(QKEYS, qs, strict=True)}
+
+
+def jct_quantiles(values: Sequence[float]) -> dict[str, float | None]:
+    """:data:`JCT_QKEYS` quantiles of ``values`` (None for an empty list)."""
+    if not values:
+        return dict.fromkeys(JCT_QKEYS)
+    arr = np.asarray(values, dtype=np.float64)
+    qs = np.percentile(arr, [0, 25, 50, 75, 95, 100])
+    return {k: round(float(v), 4) for k, v in zip(JCT_QKEYS, qs, strict=True)}
 
 
 def _measured(r: RunResult) -> list[JobRecord]:
@@ -60,6 +73,7 @@ def summary(r: RunResult) -> dict[str, Any]:
         "effbw_sensitive_gbps": quantiles([x.effbw_gbps for x in m]),
         "effbw_ratio_to_ideal": quantiles([v for v in ratios if v is not None]),
         "queueing_time_s": quantiles([x.queueing_s for x in r.records]),
+        "jct_s": jct_quantiles([x.jct_s for x in r.records]),
         "makespan_s": round(makespan(r), 3),
         "decision_ms": {
             "p50": round(float(np.percentile(dec, 50)), 4),
@@ -100,8 +114,27 @@ def details(r: RunResult) -> dict[str, Any]:
         "fragmentation_mean": round(time_weighted_mean(r, "fragmentation"), 4),
         "utilisation_mean": round(time_weighted_mean(r, "busy_gpus") / r.total_gpus, 4),
         "decision_ms_mean": round(float(np.mean([x.decision_ms for x in r.records])), 4),
+        **_colocation_details(r),
         "policy_cache": {"hits": r.cache_hits, "misses": r.cache_misses},
         "wall_s": round(r.wall_s, 3),
+    }
+
+
+def _colocation_details(r: RunResult) -> dict[str, Any]:
+    shared = [x for x in r.records if x.job.shared]
+    if not shared:
+        return {}
+    other = [x for x in r.records if not x.job.shared]
+    return {
+        "shared_jobs": len(shared),
+        "shared_colocated_share": round(sum(1 for x in shared if x.corunners) / len(shared), 4),
+        "shared_slowdown": quantiles([x.slowdown for x in shared]),
+        "shared_jct_s": jct_quantiles([x.jct_s for x in shared]),
+        "shared_queueing_mean_s": round(float(np.mean([x.queueing_s for x in shared])), 3),
+        "whole_gpu_queueing_mean_s": (round(float(np.mean([x.queueing_s for x in other])), 3)
+                                      if other else None),
+        "turnaround_mean_s": round(float(np.mean([x.end_s - x.job.arrival_s
+                                                  for x in r.records])), 3),
     }
 
 
@@ -110,7 +143,7 @@ JOB_COLUMNS = (
     "arrival_s", "start_s", "end_s", "queueing_s", "run_s", "node", "gpus", "mapping",
     "effbw_gbps", "effbw_eq2_gbps", "policy_effbw_gbps", "ideal_gbps", "ratio_to_ideal",
     "best_available_gbps", "got_optimum", "bandwidth_factor", "decision_ms", "attempts",
-    "postponements",
+    "postponements", "shared", "jct_s", "slowdown", "corunners", "predicted_delta",
 )  # fmt: skip
 
 
@@ -136,7 +169,8 @@ def write_jobs_csv(r: RunResult, path: Path) -> None:
                 j.arrival_s, x.start_s, x.end_s, x.queueing_s, x.run_s, x.node, x.gpus,
                 x.mapping, x.effbw_gbps, x.effbw_eq2_gbps, x.policy_effbw_gbps, x.ideal_gbps,
                 x.ratio_to_ideal, x.best_available_gbps, x.got_optimum, x.bandwidth_factor,
-                x.decision_ms, x.attempts, x.postponements,
+                x.decision_ms, x.attempts, x.postponements, j.shared, x.jct_s, x.slowdown,
+                ";".join(str(c) for c in sorted(x.corunners)), x.predicted_delta,
             )])  # fmt: skip
 
 
@@ -201,6 +235,45 @@ def tables_markdown(results: Sequence[RunResult], reference: str | None = None) 
             f"{_cell(d['effbw_eq2_sensitive_gbps']['median'])} | {d['queueing_mean_s']:.0f} | "
             f"{_cell(q['p75'], 0)} | {s['makespan_s']:.0f} | {d['fragmentation_mean']:.3f} | "
             f"{s['decision_ms']['p50']:.3f} | {s['decision_ms']['p99']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def colocation_table(results: Sequence[RunResult], reference: str = "exclusive") -> str:
+    """Tabrizian §6's metrics per policy (Markdown): makespan, median and p95 JCT, mean and
+    median queueing, each with its ratio to ``reference`` (``exclusive``: FIFO, every job
+    alone on its GPU; else the first policy). Empty when no job is shared."""
+    if not results or not any(x.job.shared for r in results for x in r.records):
+        return ""
+    ref = next((r for r in results if r.policy == reference), results[0])
+
+    def stats(r: RunResult) -> tuple[float, float, float, float, float]:
+        jct = [x.jct_s for x in r.records]
+        q = [x.queueing_s for x in r.records]
+        return (makespan(r), float(np.median(jct)), float(np.percentile(jct, 95)),
+                float(np.mean(q)), float(np.median(q)))
+
+    base = stats(ref)
+
+    def cell(v: float, b: float) -> str:
+        return f"{v:.1f} ({v / b:.2f})" if b > 0 else f"{v:.1f} (–)"
+
+    lines = [
+        f"Co-location (Tabrizian §6): each value with its ratio to `{ref.policy}` in brackets; "
+        "JCT = completion − start, queueing = start − submission, seconds.",
+        "",
+        "| Policy | makespan | JCT median | JCT p95 | queueing mean | queueing median | "
+        "co-located jobs |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        v = stats(r)
+        shared = [x for x in r.records if x.job.shared]
+        co = sum(1 for x in shared if x.corunners)
+        lines.append(
+            f"| {r.policy} | {cell(v[0], base[0])} | {cell(v[1], base[1])} | "
+            f"{cell(v[2], base[2])} | {cell(v[3], base[3])} | {cell(v[4], base[4])} | "
+            f"{co}/{len(shared)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -284,6 +357,46 @@ def plots(results: Sequence[RunResult], out: Path, title: str) -> list[Path]:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     written.append(path)
+    if any(x.job.shared for r in results for x in r.records):
+        written += _colocation_plots(results, out, title)
+    return written
+
+
+def _colocation_plots(results: Sequence[RunResult], out: Path, title: str) -> list[Path]:
+    """Tabrizian Figs. 6.1/6.5 (CDF of JCT) and 6.3/6.7 (makespan per policy)."""
+    import matplotlib.pyplot as plt
+
+    written: list[Path] = []
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for r in results:
+        j = np.sort([x.jct_s for x in r.records])
+        ax.step(j, np.arange(1, len(j) + 1) / len(j), where="post", label=r.policy)
+    ax.set_xlabel("job completion time (start to end), s")
+    ax.set_ylabel("share of jobs")
+    ax.set_title(f"{title}: CDF of JCT (Tabrizian Figs. 6.1/6.5)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "jct_cdf.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.2 * len(results) + 2), 4.5))
+    spans = [makespan(r) for r in results]
+    bars = ax.bar(range(len(results)), spans, color="tab:blue")
+    for b, v in zip(bars, spans, strict=True):
+        ax.annotate(f"{v:.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom",
+                    fontsize=8)
+    ax.set_xticks(range(len(results)), [r.policy for r in results], rotation=20, ha="right")
+    ax.set_ylabel("makespan, s")
+    ax.set_title(f"{title}: makespan (Tabrizian Figs. 6.3/6.7)")
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    path = out / "makespan.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
     return written
 
 
@@ -299,6 +412,9 @@ def write_all(results: Sequence[RunResult], out: Path, *, title: str, meta: dict
     det = {"meta": meta, "policies": {r.policy: details(r) for r in results}}
     (out / "details.json").write_text(json.dumps(det, indent=2) + "\n")
     md = f"# {title}\n\n" + "\n".join(f"- {k}: {v}" for k, v in meta.items()) + "\n\n"
+    colo = colocation_table(results)
+    if colo:
+        md += colo + "\n"
     md += tables_markdown(results)
     (out / "summary.md").write_text(md)
     if make_plots:

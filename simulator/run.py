@@ -19,9 +19,10 @@ from simulator.engine import RunResult, Simulation
 from simulator.report import write_all
 from simulator.runtime import JUDGES
 from simulator.workloads import Workload, load_workload
+from topology.colocation.model import DEFAULT_SLOTS, DEFAULT_THRESHOLD
 from topology.model import Topology, TopologyError
 from topology.policies.memo import Memo
-from topology.sources import load_topology
+from topology.sources import load_topology, load_topology_text
 
 
 def parse_policies(text: str | Sequence[str]) -> list[str]:
@@ -40,6 +41,26 @@ def parse_policies(text: str | Sequence[str]) -> list[str]:
     return out
 
 
+def resolve_topology(topology: str | Topology | None, workload: Workload) -> Topology:
+    """``topology``, or the workload's own cluster machine when None (a workload that
+    defines its cluster, e.g. Tabrizian's two single-V100 machines).
+
+    Raises:
+        SimulationError: no topology given and the workload names none, or a bad source.
+    """
+    if isinstance(topology, Topology):
+        return topology
+    src = topology if topology is not None else workload.default_topology
+    if src is None:
+        raise SimulationError(f"workload {workload.name} defines no cluster; give --topology")
+    try:
+        if src.lstrip().startswith("{"):
+            return load_topology_text(src, origin=f"workload {workload.name}")
+        return load_topology(src)
+    except TopologyError as exc:
+        raise SimulationError(str(exc)) from None
+
+
 def simulate(
     topology: str | Topology | None,
     workload: str | Workload,
@@ -54,12 +75,14 @@ def simulate(
     make_plots: bool = True,
     group_nodes: bool = True,
     progress: Callable[[str], None] | None = None,
+    slots: int = DEFAULT_SLOTS,
+    threshold: float = DEFAULT_THRESHOLD,
 ) -> tuple[list[RunResult], dict[str, Any]]:
     """Simulate ``workload`` on ``nodes`` × ``topology`` once per policy.
 
     Args:
-        topology: a topology source (catalog name or file) or a :class:`Topology` (required;
-            planning workloads go through :func:`simulator.planning_run.simulate_planning`).
+        topology: a topology source (catalog name or file) or a :class:`Topology`; None =
+            the workload's own cluster (``Workload.default_topology``).
         workload: a workload spec (:func:`simulator.workloads.load_workload`) or a Workload.
         policies: registered policy names (``"a,b"`` or a list).
         nodes: node count; None = the workload's default.
@@ -72,6 +95,8 @@ def simulate(
         make_plots: write the PNG plots.
         group_nodes: ask policies once per (class, state) group (False: once per node).
         progress: called with one line per finished policy.
+        slots: co-location slots per GPU (shared jobs).
+        threshold: co-location ΣC threshold (Tabrizian §4.2.4, Eq. 4.3 units).
 
     Returns:
         The runs and the ``summary.json`` mapping.
@@ -79,22 +104,24 @@ def simulate(
     Raises:
         SimulationError: any bad input (unknown topology, workload, policy, …), one line.
     """
-    if topology is None:
-        label = workload if isinstance(workload, str) else workload.name
-        raise SimulationError(f"--topology is required for workload {label}")
-    try:
-        topo = topology if isinstance(topology, Topology) else load_topology(topology)
-    except TopologyError as exc:
-        raise SimulationError(str(exc)) from None
+    if isinstance(topology, str):  # a bad --topology is reported before the workload is built
+        try:
+            topo: Topology | None = load_topology(topology)
+        except TopologyError as exc:
+            raise SimulationError(str(exc)) from None
+    else:
+        topo = topology
     names = parse_policies(policies)
     if nodes is not None and nodes < 1:
         raise SimulationError("--nodes must be at least 1")
     wl = workload if isinstance(workload, Workload) else load_workload(
         workload, seed=seed, nodes=nodes)
+    topo = resolve_topology(topo, wl)
     n = nodes if nodes is not None else wl.default_nodes
     memo = Memo()  # per-class tables shared by this simulation's runs (decisions are not)
     sims = [Simulation(topo, n, wl, p, queue=queue, node_choice=node_choice, judge=judge,
-                       group_nodes=group_nodes, memo=memo)
+                       group_nodes=group_nodes, memo=memo, slots=slots,
+                       threshold=threshold)
             for p in names]  # validates every input first
     results: list[RunResult] = []
     for sim in sims:
@@ -121,6 +148,9 @@ def simulate(
             "effbw_model": judge,
             "interference": wl.interference,
         }
+        if wl.has_shared:
+            meta.update({"profiles": wl.profiles, "slots_per_gpu": slots,
+                         "colocation_threshold": threshold})
         title = f"{wl.name} on {n} x {topo.name}"
         summary = write_all(results, path, title=title, meta=meta, make_plots=make_plots)
     else:

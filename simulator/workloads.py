@@ -13,8 +13,23 @@ A workload spec is ``NAME[:key=value,...]`` or a file path:
 * ``amaral-s2`` — Amaral §5.5.2: 10 000 jobs on 1 000 machines. The paper keeps λ = 10/min;
   on 200× the machines of s1 that leaves the cluster idle, so by default λ scales with the
   node count to keep s1's load per machine (2 jobs/min per machine; ``rate=`` overrides).
+* ``tabrizian-best`` — Tabrizian §6.2: VGG-19, VGG-11 and ResNet-18 at batch 64, two of
+  each, 1 000 iterations, submitted together to two single-V100 machines (``v100-1gpu`` × 2).
+  Keys: ``workers`` (data workers: 2, the thesis' Fig. 6.3b and default, or 10, Fig. 6.3a),
+  ``iterations``.
+* ``tabrizian-worst`` — Tabrizian §6.3: SENet-18 and ResNet-18 at batch 256, two of each
+  (four jobs), two single-V100 machines. Keys: ``workers``, ``iterations``.
+* ``tabrizian-mix`` — a Poisson stream mixing shared single-GPU training jobs (the catalog's
+  models and batch sizes) with exclusive multi-GPU MAPA jobs on DGX-1 V100 nodes. Keys:
+  ``jobs``, ``rate`` (jobs/min), ``shared`` (fraction of shared jobs), ``workers``.
 * a ``.json`` / ``.yaml`` / ``.csv`` file (format in ``docs/simulator.md``); every run writes
   its workload as ``DIR/workload.json``, so a generated trace can be replayed exactly.
+
+Shared jobs (``shared: true``) ask for one co-location slot (``gputopo.io/gpu-shared``) and
+carry a profile (:mod:`topology.colocation`): a catalog key ``<model>:<batch>`` resolved
+against the workload's profile catalog, or explicit ``kernel_occupancy``/``mem_bandwidth_util``
+/ ``iteration_s`` / ``gpu_memory_mib``; the resolved numbers are written into the job so that
+``workload.json`` replays without the catalog.
 
 Assumptions the papers leave open (GPU counts of Amaral's generated jobs, base run times,
 communication shares) are module constants below, each with its source or reasoning.
@@ -35,9 +50,24 @@ from typing import Any
 import yaml
 
 from simulator import SimulationError
+from topology.colocation.model import DEFAULT_THRESHOLD
+from topology.colocation.profile import (
+    JobProfile,
+    ProfileCatalog,
+    ProfileError,
+    parse_profile_key,
+    resolve_catalog,
+)
+from topology.colocation.sources import (
+    ANN_ITERATION_MS,
+    ANN_KERNEL_OCCUPANCY,
+    ANN_MEM_BANDWIDTH_UTIL,
+    ANN_PROFILE,
+    resolve_profile,
+)
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.amaral import lookup_profile
-from topology.policies.base import Request, RequestError
+from topology.policies.base import Request, RequestError, SharedRequest
 
 # ------------------------------------------------------------------------------ networks
 
@@ -121,8 +151,14 @@ class Job:
         comm_share: share of ``runtime_s`` spent communicating (0–1).
         sensitive: bandwidth sensitive (``gputopo.io/bandwidth-sensitive``).
         pattern: communication pattern text (``ring``, ``all-to-all``, edge list).
-        profile: performance profile for interference (``alexnet/tiny``), or None.
+        profile: performance profile for interference (``alexnet/tiny``), or for a shared
+            job its co-location profile key (``resnet18:64``), or None.
         min_utility: TOPO-AWARE-P's minimum utility (``gputopo.io/min-utility``), or None.
+        shared: asks for one co-location slot (``gputopo.io/gpu-shared``), not whole GPUs.
+        kernel_occupancy: shared jobs: C (Tabrizian Eq. 4.3), percent·µs over 2 iterations.
+        mem_bandwidth_util: shared jobs: M (Eq. 4.2), same units.
+        gpu_memory_mib: shared jobs: GPU memory reserved, MiB.
+        iteration_s: shared jobs: solo iteration time t_j, seconds.
     """
 
     id: int
@@ -135,13 +171,44 @@ class Job:
     pattern: str = "all-to-all"
     profile: str | None = None
     min_utility: float | None = None
+    shared: bool = False
+    kernel_occupancy: float | None = None
+    mem_bandwidth_util: float | None = None
+    gpu_memory_mib: int | None = None
+    iteration_s: float | None = None
 
-    def request(self) -> Request:
+    def colocation_profile(self) -> JobProfile:
+        """A shared job's profile (its resolved numbers).
+
+        Raises:
+            SimulationError: not a shared job, or its numbers are missing.
+        """
+        c, m = self.kernel_occupancy, self.mem_bandwidth_util
+        mem, t = self.gpu_memory_mib, self.iteration_s
+        if not self.shared or c is None or m is None or mem is None or t is None:
+            raise SimulationError(f"job {self.id}: not a shared job with a resolved profile")
+        try:
+            return JobProfile(iteration_s=t, kernel_occupancy=c, mem_bandwidth_util=m,
+                              gpu_memory_mib=mem, key=self.profile, source="workload")
+        except ProfileError as exc:
+            raise SimulationError(f"job {self.id}: {exc}") from None
+
+    def request(self, threshold: float = DEFAULT_THRESHOLD) -> Request:
         """The pod's request as the extender would build it from the annotations.
+
+        Args:
+            threshold: the co-location ΣC threshold (shared jobs; Tabrizian §4.2.4).
 
         Raises:
             SimulationError: bad pattern / profile / minimum utility.
         """
+        if self.shared:
+            prof = self.colocation_profile()
+            try:
+                return Request(count=1, shared=SharedRequest(
+                    prof, prof.gpu_memory_mib, name=f"job-{self.id}", threshold=threshold))
+            except RequestError as exc:
+                raise SimulationError(f"job {self.id}: {exc}") from None
         try:
             pat = parse_pattern(self.pattern, self.gpus)
             return Request(count=self.gpus, pattern=pat, bandwidth_sensitive=self.sensitive,
@@ -160,9 +227,13 @@ class Workload:
         interference: model co-location interference between jobs' profiles at run time
             (Amaral §3.3); MAPA's evaluation does not.
         default_nodes: node count when the CLI gets no ``--nodes``.
-        default_topology: the papers' machine for this workload (informative).
+        default_topology: the papers' machine for this workload: a catalog name, a topology
+            file path, or an inline topology document (JSON text); used when the CLI gets no
+            ``--topology`` (a workload that defines its own cluster).
         description: one line.
         params: generator parameters (for the report).
+        profiles: the co-location profile catalog its shared jobs' keys were resolved
+            against (informative: the jobs carry the resolved numbers).
     """
 
     name: str
@@ -172,18 +243,36 @@ class Workload:
     default_topology: str | None = None
     description: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+    profiles: str | None = None
+
+    @property
+    def has_shared(self) -> bool:
+        """Some job asks for a co-location slot."""
+        return any(j.shared for j in self.jobs)
 
     def to_json(self) -> dict[str, Any]:
         """The workload file form (``DIR/workload.json``)."""
-        return {
+        out = {
             "name": self.name,
             "description": self.description,
             "interference": self.interference,
             "default_nodes": self.default_nodes,
             "default_topology": self.default_topology,
             "params": self.params,
-            "jobs": [asdict(j) for j in self.jobs],
+            "jobs": [_job_json(j) for j in self.jobs],
         }
+        if self.profiles is not None:
+            out["profiles"] = self.profiles
+        return out
+
+
+def _job_json(job: Job) -> dict[str, Any]:
+    doc = asdict(job)
+    if not job.shared:  # keep non-shared rows as they were
+        for k in ("shared", "kernel_occupancy", "mem_bandwidth_util", "gpu_memory_mib",
+                  "iteration_s"):
+            doc.pop(k)
+    return doc
 
 
 # ------------------------------------------------------------------------------ generators
@@ -296,20 +385,105 @@ def _bool(value: Any, key: str, where: str) -> bool:
     raise SimulationError(f"{where}: {key}={value!r} is not true/false")
 
 
-def job_from_mapping(raw: dict[str, Any], index: int) -> Job:
+#: Iterations of a shared job that gives neither ``runtime_s`` nor ``iterations`` (§6.2).
+DEFAULT_ITERATIONS = 1000
+
+_SHARED_FIELDS = ("kernel_occupancy", "mem_bandwidth_util", "gpu_memory_mib", "iteration_s",
+                  "iterations")
+
+
+def shared_job(jid: int, arrival: float, raw: dict[str, Any], catalog: ProfileCatalog,
+               where: str) -> Job:
+    """A shared (co-location) job from a file row: its profile resolved as a pod's would be
+    (:func:`topology.colocation.sources.resolve_profile`: explicit numbers, then the profile
+    key in ``catalog``, then the conservative default).
+
+    Raises:
+        SimulationError: a bad or unknown profile key, malformed numbers, a GPU count other
+            than 1.
+    """
+    if "gpus" in raw and _num(raw["gpus"], "gpus", where, float) != 1:
+        raise SimulationError(f"{where}: a shared job takes one co-location slot (gpus: 1)")
+    annotations: dict[str, str] = {}
+    key: str | None = None
+    if raw.get("profile"):
+        try:
+            key = parse_profile_key(str(raw["profile"]))
+        except ProfileError as exc:
+            raise SimulationError(f"{where}: {exc}") from None
+        annotations[ANN_PROFILE] = key
+    explicit = any(raw.get(k) not in (None, "") for k in
+                   ("kernel_occupancy", "mem_bandwidth_util", "iteration_s"))
+    if key is not None and key not in catalog and not explicit:
+        raise SimulationError(
+            f"{where}: profile {key!r} is not in catalog {catalog.name} "
+            f"({', '.join(sorted(catalog)) or 'empty'}); give kernel_occupancy, "
+            "mem_bandwidth_util and iteration_s"
+        )
+    for field_name, ann in (("kernel_occupancy", ANN_KERNEL_OCCUPANCY),
+                            ("mem_bandwidth_util", ANN_MEM_BANDWIDTH_UTIL)):
+        if raw.get(field_name) not in (None, ""):
+            annotations[ann] = str(_num(raw[field_name], field_name, where))
+    if raw.get("iteration_s") not in (None, ""):
+        annotations[ANN_ITERATION_MS] = str(1000.0 * _num(raw["iteration_s"], "iteration_s",
+                                                          where))
+    memory = None
+    if raw.get("gpu_memory_mib") not in (None, ""):
+        memory = int(_num(raw["gpu_memory_mib"], "gpu_memory_mib", where, float))
+        if memory <= 0:
+            raise SimulationError(f"{where}: gpu_memory_mib must be > 0")
+    try:
+        prof = resolve_profile(annotations, catalog=catalog, memory_request_mib=memory)
+    except ProfileError as exc:
+        raise SimulationError(f"{where}: {exc}") from None
+    if raw.get("runtime_s") not in (None, ""):
+        runtime = _num(raw["runtime_s"], "runtime_s", where)
+    else:
+        iterations = _num(raw.get("iterations", DEFAULT_ITERATIONS), "iterations", where, float)
+        if iterations <= 0:
+            raise SimulationError(f"{where}: iterations must be > 0")
+        runtime = iterations * prof.iteration_s
+    if runtime <= 0:
+        raise SimulationError(f"{where}: runtime_s must be > 0")
+    network = str(raw.get("network") or (key.split(":")[0] if key else "job")).strip().lower()
+    return Job(
+        id=jid, arrival_s=arrival, gpus=1, network=network, runtime_s=round(runtime, 4),
+        comm_share=0.0, sensitive=False, pattern="all-to-all", profile=key, shared=True,
+        kernel_occupancy=prof.kernel_occupancy, mem_bandwidth_util=prof.mem_bandwidth_util,
+        gpu_memory_mib=prof.gpu_memory_mib, iteration_s=prof.iteration_s,
+    )
+
+
+def job_from_mapping(raw: dict[str, Any], index: int,
+                     catalog: ProfileCatalog | None = None) -> Job:
     """A :class:`Job` from a file row (keys in ``docs/simulator.md``).
 
     Unknown MAPA/Amaral networks need ``runtime_s``; known ones take the tables' defaults.
+    Shared jobs (``shared: true``) resolve their profile against ``catalog`` (default: the
+    shipped :data:`topology.colocation.profile.DEFAULT_CATALOG`).
 
     Raises:
         SimulationError: a missing or malformed field.
     """
     where = f"job {raw.get('id', index)}"
     allowed = {"id", "arrival_s", "gpus", "network", "batch", "runtime_s", "comm_share",
-               "sensitive", "pattern", "profile", "min_utility"}
+               "sensitive", "pattern", "profile", "min_utility", "shared", *_SHARED_FIELDS}
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise SimulationError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    jid = _num(raw.get("id", index), "id", where, int)
+    arrival = _num(raw.get("arrival_s", 0.0), "arrival_s", where)
+    if arrival < 0:
+        raise SimulationError(f"{where}: arrival_s must be >= 0")
+    if _bool(raw.get("shared", False), "shared", where):
+        return shared_job(jid, arrival, raw, catalog or resolve_catalog(None), where)
+    given = [k for k in _SHARED_FIELDS if raw.get(k) not in (None, "")]
+    if given:
+        raise SimulationError(f"{where}: {', '.join(given)} describe a co-located job; "
+                              "set shared: true")
+    if raw.get("profile") and ":" in str(raw["profile"]):
+        raise SimulationError(f"{where}: profile {raw['profile']!r} is a co-location profile "
+                              "(<model>:<batch>); set shared: true")
     if "gpus" not in raw:
         raise SimulationError(f"{where}: missing gpus")
     gpus = _num(raw["gpus"], "gpus", where, float)
@@ -317,10 +491,6 @@ def job_from_mapping(raw: dict[str, Any], index: int) -> Job:
         raise SimulationError(f"{where}: gpus must be a whole number >= 1 (fractional "
                               "requests are not simulated)")
     gpus = int(gpus)
-    jid = _num(raw.get("id", index), "id", where, int)
-    arrival = _num(raw.get("arrival_s", 0.0), "arrival_s", where)
-    if arrival < 0:
-        raise SimulationError(f"{where}: arrival_s must be >= 0")
     network = str(raw.get("network") or "job").strip().lower()
     batch = raw.get("batch") or None
     if batch is not None and network in AMARAL_PACK_SPEEDUP and batch in AMARAL_BASE_S:
@@ -367,23 +537,168 @@ def job_from_mapping(raw: dict[str, Any], index: int) -> Job:
     return job
 
 
+def _cluster_topology(value: Any, origin: str) -> str | None:
+    """A workload's own topology: a catalog name or path (relative paths are relative to the
+    workload file), or an inline topology document (kept as JSON text)."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    text = str(value).strip()
+    if text.startswith("{"):
+        return text
+    base = Path(origin).parent
+    candidate = base / text
+    if not Path(text).is_absolute() and ("/" in text or Path(text).suffix) and \
+            candidate.exists():
+        return str(candidate)
+    return text
+
+
 def _from_mapping(doc: Any, origin: str) -> Workload:
     if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
         raise SimulationError(f"{origin}: a workload file needs a 'jobs' list")
     rows = doc["jobs"]
     if not rows:
         raise SimulationError(f"{origin}: the workload has no jobs")
-    jobs = [job_from_mapping(r if isinstance(r, dict) else {}, i) for i, r in enumerate(rows)]
+    unknown = sorted(set(doc) - {"name", "description", "interference", "default_nodes",
+                                 "default_topology", "params", "jobs", "profiles", "cluster"})
+    if unknown:
+        raise SimulationError(f"{origin}: unknown workload field(s) {', '.join(unknown)}")
+    profiles = doc.get("profiles")
+    catalog: ProfileCatalog | None = None
+    if any(isinstance(r, dict) and _bool(r.get("shared", False), "shared", origin)
+           for r in rows):
+        spec = str(profiles) if profiles else None
+        if spec is not None and not Path(spec).is_absolute() and \
+                (Path(origin).parent / spec).exists():
+            spec = str(Path(origin).parent / spec)
+        try:
+            catalog = resolve_catalog(spec)
+        except ProfileError as exc:
+            raise SimulationError(f"{origin}: {exc}") from None
+    jobs = [job_from_mapping(r if isinstance(r, dict) else {}, i, catalog)
+            for i, r in enumerate(rows)]
+    cluster = doc.get("cluster")
+    nodes_raw: Any = doc.get("default_nodes", 1)
+    topo_raw: Any = doc.get("default_topology")
+    if cluster is not None:
+        if not isinstance(cluster, dict) or "topology" not in cluster:
+            raise SimulationError(f"{origin}: cluster needs a topology (and nodes)")
+        topo_raw = cluster["topology"]
+        nodes_raw = cluster.get("nodes", 1)
     return _finish(
         Workload(
             name=str(doc.get("name") or Path(origin).stem),
             jobs=tuple(jobs),
             interference=_bool(doc.get("interference", False), "interference", origin),
-            default_nodes=int(_num(doc.get("default_nodes", 1), "default_nodes", origin, int)),
-            default_topology=doc.get("default_topology"),
+            default_nodes=int(_num(nodes_raw, "nodes", origin, int)),
+            default_topology=_cluster_topology(topo_raw, origin),
             description=str(doc.get("description", "")),
             params=dict(doc.get("params") or {}),
+            profiles=catalog.name if catalog is not None else (str(profiles) if profiles
+                                                                else None),
         )
+    )
+
+
+# ------------------------------------------------------------------------------ Tabrizian
+
+#: Tabrizian §6.1: two machines, each with one V100.
+TABRIZIAN_MACHINE = "v100-1gpu"
+TABRIZIAN_NODES = 2
+#: The catalog of each data-worker setting (§6: "ten data workers" and "two data workers").
+TABRIZIAN_CATALOGS = {10: "v100-cifar10-w10", 2: "v100-cifar10-w2"}
+#: §6.2: "VGG19, VGG11, and ResNet-18 with a batch size of 64. We submit two set of these jobs".
+TABRIZIAN_BEST = ("vgg19:64", "vgg11:64", "resnet18:64")
+#: §6.3: "SENet18 and ResNet18 ... when the batch size is 256"; four jobs on two GPUs.
+TABRIZIAN_WORST = ("se_resnet18:256", "resnet18:256")
+
+
+def _catalog_for(workers: int, name: str) -> ProfileCatalog:
+    if workers not in TABRIZIAN_CATALOGS:
+        raise SimulationError(f"{name}: workers must be 2 or 10 (the thesis' two settings)")
+    return resolve_catalog(TABRIZIAN_CATALOGS[workers])
+
+
+def tabrizian_batch(name: str, keys: tuple[str, ...], sets: int, workers: int,
+                    iterations: int, description: str) -> Workload:
+    """``sets`` copies of the jobs ``keys``, all submitted at t = 0 (§6: "We submit the jobs in
+    one batch altogether"), on two single-V100 machines.
+
+    Raises:
+        SimulationError: bad parameters.
+    """
+    if iterations < 1 or sets < 1:
+        raise SimulationError(f"{name}: iterations and sets must be at least 1")
+    catalog = _catalog_for(workers, name)
+    jobs = []
+    for s in range(sets):
+        for i, key in enumerate(keys):
+            jobs.append(shared_job(s * len(keys) + i, 0.0,
+                                   {"profile": key, "iterations": iterations}, catalog,
+                                   f"{name} job {s * len(keys) + i}"))
+    return Workload(
+        name, tuple(jobs), interference=False, default_nodes=TABRIZIAN_NODES,
+        default_topology=TABRIZIAN_MACHINE, description=description,
+        params={"workers": workers, "iterations": iterations, "sets": sets},
+        profiles=catalog.name,
+    )
+
+
+#: tabrizian-mix: MAPA jobs take 2-5 GPUs (MAPA §4's 1-5, without single-GPU jobs, which are
+#: the shared ones here).
+MIX_GPUS = (2, 5)
+#: Batch sizes of the shared jobs and their weights (small batches dominate: §3.2).
+MIX_BATCHES = ((64, 0.5), (128, 0.3), (256, 0.2))
+#: Iterations of a shared job: uniform in this range (runs of ~0.5-20 min solo).
+MIX_ITERATIONS = (2000, 8000)
+MIX_NODES = 4
+
+
+def tabrizian_mix(jobs: int = 200, seed: int = 0, rate: float = 6.0, shared: float = 0.7,
+                  workers: int = 10) -> Workload:
+    """A Poisson stream (``rate`` jobs/min) mixing shared single-GPU jobs (fraction
+    ``shared``; model uniform over the catalog's five, batch 64/128/256 with weights
+    0.5/0.3/0.2, 2 000-8 000 iterations) with exclusive multi-GPU MAPA jobs (2-5 GPUs, MAPA's
+    networks and ring pattern) on DGX-1 V100 nodes (default 4).
+
+    Raises:
+        SimulationError: bad parameters.
+    """
+    if jobs < 1 or rate <= 0 or not 0.0 <= shared <= 1.0:
+        raise SimulationError("tabrizian-mix: jobs >= 1, rate > 0 and 0 <= shared <= 1")
+    catalog = _catalog_for(workers, "tabrizian-mix")
+    rng = random.Random(seed)
+    models = sorted({k.split(":")[0] for k in catalog})
+    nets = list(MAPA_NETWORKS)
+    out: list[Job] = []
+    t = 0.0
+    for i in range(jobs):
+        t += rng.expovariate(rate / 60.0)
+        if rng.random() < shared:
+            model = rng.choice(models)
+            batch = rng.choices([b for b, _ in MIX_BATCHES], [w for _, w in MIX_BATCHES])[0]
+            iters = rng.randint(*MIX_ITERATIONS)
+            out.append(shared_job(i, round(t, 3), {"profile": f"{model}:{batch}",
+                                                   "iterations": iters},
+                                  catalog, f"tabrizian-mix job {i}"))
+        else:
+            net = rng.choice(nets)
+            m = MAPA_NETWORKS[net]
+            out.append(Job(
+                id=i, arrival_s=round(t, 3), gpus=rng.randint(*MIX_GPUS), network=net,
+                runtime_s=round(m.base_s * rng.uniform(0.75, 1.25), 1), comm_share=m.comm_share,
+                sensitive=m.sensitive, pattern="ring", profile=net,
+            ))
+    return Workload(
+        "tabrizian-mix", tuple(out), interference=False, default_nodes=MIX_NODES,
+        default_topology="dgx1-v100",
+        description=(f"{jobs} jobs, Poisson {rate:g}/min: {shared:.0%} shared single-GPU "
+                     "(Tabrizian catalog), the rest exclusive 2-5-GPU MAPA jobs"),
+        params={"jobs": jobs, "seed": seed, "rate_per_min": rate, "shared": shared,
+                "workers": workers},
+        profiles=catalog.name,
     )
 
 
@@ -423,7 +738,8 @@ def load_file(path: str) -> Workload:
     return _from_mapping(doc, str(p))
 
 
-GENERATORS = ("mapa", "amaral-prototype", "amaral-s1", "amaral-s2")
+GENERATORS = ("mapa", "amaral-prototype", "amaral-s1", "amaral-s2", "tabrizian-best",
+              "tabrizian-worst", "tabrizian-mix")
 
 
 def _params(text: str) -> dict[str, str]:
@@ -440,7 +756,8 @@ def load_workload(spec: str, *, seed: int = 0, nodes: int | None = None) -> Work
     """Resolve a workload spec (module docstring) to a :class:`Workload`.
 
     Args:
-        spec: ``mapa``, ``amaral-prototype``, ``amaral-s1``, ``amaral-s2`` with optional
+        spec: ``mapa``, ``amaral-prototype``, ``amaral-s1``, ``amaral-s2``,
+            ``tabrizian-best``, ``tabrizian-worst``, ``tabrizian-mix`` with optional
             ``:key=value,...``, or a file path.
         seed: generator seed.
         nodes: the cluster's node count, if known (``amaral-s2`` scales its rate with it).
@@ -478,6 +795,19 @@ def load_workload(spec: str, *, seed: int = 0, nodes: int | None = None) -> Work
         w = amaral_prototype()
     elif key == "amaral-s1":
         w = amaral(take("jobs", 100, int), seed, take("rate", 10.0, float), "amaral-s1", 5)
+    elif key == "tabrizian-best":
+        w = tabrizian_batch(
+            "tabrizian-best", TABRIZIAN_BEST, 2, take("workers", 2, int),
+            take("iterations", DEFAULT_ITERATIONS, int),
+            "Tabrizian §6.2: VGG-19, VGG-11, ResNet-18 at batch 64, two of each, together")
+    elif key == "tabrizian-worst":
+        w = tabrizian_batch(
+            "tabrizian-worst", TABRIZIAN_WORST, 2, take("workers", 2, int),
+            take("iterations", DEFAULT_ITERATIONS, int),
+            "Tabrizian §6.3: SENet-18 and ResNet-18 at batch 256, two of each, together")
+    elif key == "tabrizian-mix":
+        w = tabrizian_mix(take("jobs", 200, int), seed, take("rate", 6.0, float),
+                          take("shared", 0.7, float), take("workers", 10, int))
     else:
         n = nodes if nodes is not None else 1000
         w = amaral(take("jobs", 10_000, int), seed, take("rate", 2.0 * n, float),

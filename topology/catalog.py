@@ -247,6 +247,19 @@ def pcie_8gpu() -> Topology:
     return Topology.build(name, gpus, {}, pcie, nvlink_generation=2)
 
 
+# ---------------------------------------------------------------------------- one V100
+def v100_1gpu() -> Topology:
+    """A one-GPU server with a Tesla V100-PCIE-16GB: each of the two machines of Tabrizian's
+    evaluation ("two V100 GPUs ... placed in different machines connected to each other over
+    the network", §6.1). One 8-core socket with hyper-threading (CPUs 0-15, NUMA 0); the
+    thesis names neither the CPU nor the PCIe slot, so these are nominal.
+    """
+    name = "v100-1gpu"
+    gpus = _gpus(name, 1, "Tesla V100-PCIE-16GB", 16160, lambda i: 0,
+                 {0: _cpus((0, 15))}, ["0000:3B:00.0"])
+    return Topology.build(name, gpus, {}, PCIeLevel.PIX, nvlink_generation=2)
+
+
 # ---------------------------------------------------------------------------- Gaia testbed
 def gaia_4gpu() -> Topology:
     """The 4-GPU node of Gaia's experiments (Song et al., §IV and Fig. 7 "the access cost
@@ -432,6 +445,7 @@ _MACHINES: dict[str, _Entry] = {
     "summit": _Entry(summit, "NVLink 2, NV2 triangle per POWER9 socket, SYS across sockets"),
     "pcie-8gpu": _Entry(pcie_8gpu, "PCIe only: PIX switch pairs, NODE in a socket, SYS across"),
     "gaia-4gpu": _Entry(gaia_4gpu, "PCIe only: Gaia Fig. 7 tree (PIX pair, PHB pair, SOC root)"),
+    "v100-1gpu": _Entry(v100_1gpu, "one GPU, no peers (Tabrizian's evaluation machines)"),
     "mapa-torus-16": _Entry(mapa_torus_16, "NVLink 2 4x4 torus (NV1/NV2), MAPA simulation"),
     "mapa-cubemesh-16": _Entry(
         mapa_cubemesh_16, "NVLink 2 16-GPU cube-mesh (NV1/NV2), MAPA simulation"

@@ -13,8 +13,9 @@ from simulator.run import simulate
 from topology import catalog
 
 SUMMARY_KEYS = {"effbw_sensitive_gbps", "effbw_ratio_to_ideal", "queueing_time_s",
-                "makespan_s", "decision_ms"}
+                "jct_s", "makespan_s", "decision_ms"}
 QKEYS = {"min", "p25", "median", "p75", "max"}
+JCT_QKEYS = QKEYS | {"p95"}
 MAPA_POLICIES = ["baseline", "nvidia-best-effort", "gaia", "mapa-greedy", "mapa-preserve",
                  "topo-aware", "gputopo"]
 
@@ -26,6 +27,9 @@ def check_summary(path: Path, policies: list[str]) -> dict:
         assert set(entry) == SUMMARY_KEYS
         for key in ("effbw_sensitive_gbps", "effbw_ratio_to_ideal", "queueing_time_s"):
             assert set(entry[key]) == QKEYS
+        assert set(entry["jct_s"]) == JCT_QKEYS
+        jct = entry["jct_s"]
+        assert jct["min"] <= jct["median"] <= jct["p95"] <= jct["max"]
         assert set(entry["decision_ms"]) == {"p50", "p99"}
     for name in ("summary.md", "details.json", "workload.json", "effbw_boxplot.png",
                  "queueing_cdf.png", "fragmentation.png"):

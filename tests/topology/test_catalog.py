@@ -17,7 +17,7 @@ ALL = catalog.names()
 EXPECTED_NAMES = {
     "dgx1-v100", "dgx1-p100", "dgx-a100", "minsky", "summit", "pcie-8gpu", "gaia-4gpu",
     "mapa-torus-16", "mapa-cubemesh-16", "v100-pcie-1", "v100-pcie-2", "v100-pcie-4", "t4-1",
-    "t4-2",
+    "t4-2", "v100-1gpu",
 }  # fmt: skip
 
 #: NVLink ports per GPU model (point-to-point machines: a GPU's links to other GPUs can use at

@@ -12,6 +12,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from topology.colocation.model import (
+    DEFAULT_MODEL,
+    DEFAULT_SLOTS,
+    DEFAULT_THRESHOLD,
+    ColocationModel,
+)
+from topology.colocation.profile import JobProfile
 from topology.model import Topology, format_cpu_list
 from topology.patterns import Pattern
 from topology.policies.memo import Memo
@@ -33,21 +40,61 @@ class RequestError(ValueError):
 
 
 @dataclass(frozen=True)
+class Resident:
+    """One co-located job on a shared GPU (Tabrizian: a member of the set S of Eq. 4.1).
+
+    Attributes:
+        name: the job's name (pod ``namespace/name``, simulator job id), unique on the GPU.
+        profile: its solo profile (t_j, C, M, memory).
+        memory_mib: GPU memory reserved for it, MiB.
+    """
+
+    name: str
+    profile: JobProfile
+    memory_mib: int
+
+    def key(self) -> tuple[object, ...]:
+        """Hashable form for cache keys."""
+        return (self.name, self.profile.key, self.profile.identity(), self.memory_mib)
+
+
+@dataclass(frozen=True)
 class GPUUsage:
     """What is already taken of one GPU.
 
+    A GPU is in at most one mode: idle, held whole (``core_percent == 100`` from
+    ``nvidia.com/gpu``), split into vGPU shares (``core_percent``/``memory_mib``), or shared by
+    co-located jobs (``residents``, each holding one ``gputopo.io/gpu-shared`` slot).
+
     Attributes:
         core_percent: vGPU-core in use, percent of the GPU (0–100); 100 = held whole.
-        memory_mib: GPU memory in use, MiB.
+        memory_mib: GPU memory in use by whole/vGPU holders, MiB.
+        residents: co-located jobs sharing the GPU, in arrival order.
     """
 
     core_percent: int = 0
     memory_mib: int = 0
+    residents: tuple[Resident, ...] = ()
 
     @property
     def idle(self) -> bool:
         """Nothing of the GPU is in use."""
-        return self.core_percent == 0 and self.memory_mib == 0
+        return self.core_percent == 0 and self.memory_mib == 0 and not self.residents
+
+    @property
+    def shared(self) -> bool:
+        """The GPU carries co-located jobs."""
+        return bool(self.residents)
+
+    @property
+    def resident_memory_mib(self) -> int:
+        """GPU memory reserved by the residents, MiB."""
+        return sum(r.memory_mib for r in self.residents)
+
+    @property
+    def memory_used_mib(self) -> int:
+        """All GPU memory in use, MiB."""
+        return self.memory_mib + self.resident_memory_mib
 
 
 @dataclass(frozen=True)
@@ -57,10 +104,13 @@ class NodeState:
     Attributes:
         usage: GPU index → :class:`GPUUsage`.
         unhealthy: indices of GPUs that must not be handed out.
+        slots_per_gpu: co-location slots of each GPU (``gputopo.io/gpu-shared`` devices the
+            node's device plugin advertises per GPU; default 3, Tabrizian's largest set).
     """
 
     usage: Mapping[int, GPUUsage] = field(default_factory=dict)
     unhealthy: frozenset[int] = frozenset()
+    slots_per_gpu: int = DEFAULT_SLOTS
     #: (free_gpus(), mask()) per GPU count (a state is immutable; filter asks thousands of
     #: times)
     _free: dict[int, tuple[tuple[int, ...], int]] = field(
@@ -94,21 +144,95 @@ class NodeState:
         """Bit mask of :meth:`free_gpus` (bit i set = GPU i free)."""
         return self._free_and_mask(topology.size)[1]
 
-    def key(self) -> tuple[tuple[int, int, int], ...]:
+    def key(self) -> tuple[tuple[object, ...], ...]:
         """A hashable, canonical form (for caches)."""
-        return tuple(
-            sorted((i, u.core_percent, u.memory_mib) for i, u in self.usage.items() if not u.idle)
+        out: tuple[tuple[object, ...], ...] = tuple(
+            sorted((i, u.core_percent, u.memory_mib) for i, u in self.usage.items()
+                   if not u.idle and not u.residents)
         ) + tuple((-1 - i, 0, 0) for i in sorted(self.unhealthy))
+        shared = tuple(
+            ("shared", i, u.core_percent, u.memory_mib, tuple(r.key() for r in u.residents))
+            for i, u in sorted(self.usage.items()) if u.residents
+        )
+        if shared or self.slots_per_gpu != DEFAULT_SLOTS:
+            out += (("slots", self.slots_per_gpu),) + shared
+        return out
+
+    def residents(self, index: int) -> tuple[Resident, ...]:
+        """The co-located jobs on GPU ``index`` (empty when it is not shared)."""
+        return self.used(index).residents
 
     def with_allocation(self, decision: Decision) -> NodeState:
-        """The state after ``decision`` is allocated (whole GPUs or one GPU's share)."""
+        """The state after ``decision`` is allocated (whole GPUs, one GPU's share, or one
+        co-location slot).
+
+        Raises:
+            ValueError: the decision does not fit this state (a whole GPU that is not idle, a
+                slot on a GPU held whole or split into vGPU shares, more residents than
+                slots): a policy bug, never silently absorbed.
+        """
         usage = dict(self.usage)
-        if decision.fractional:
-            add_grant(usage, decision.gpus[:1], fractional=True,
-                      core_percent=decision.core_percent, memory_mib=decision.memory_mib)
+        if decision.colocation is not None:
+            info = decision.colocation
+            add_resident(usage, decision.gpus[0], Resident(info.job, info.profile,
+                                                           info.memory_mib),
+                         slots=self.slots_per_gpu)
         else:
-            add_grant(usage, decision.gpus, fractional=False)
+            for g in decision.gpus:
+                if usage.get(g, GPUUsage()).residents:
+                    raise ValueError(f"GPU {g} is shared by co-located jobs; "
+                                     + ("no vGPU share fits" if decision.fractional
+                                        else "it is not free"))
+            if decision.fractional:
+                add_grant(usage, decision.gpus[:1], fractional=True,
+                          core_percent=decision.core_percent, memory_mib=decision.memory_mib)
+            else:
+                add_grant(usage, decision.gpus, fractional=False)
         return replace(self, usage=usage)
+
+    def without_resident(self, index: int, name: str) -> NodeState:
+        """The state after co-located job ``name`` left GPU ``index`` (a no-op if absent)."""
+        u = self.used(index)
+        kept = tuple(r for r in u.residents if r.name != name)
+        if len(kept) == len(u.residents):
+            return self
+        usage = dict(self.usage)
+        if kept or u.core_percent or u.memory_mib:
+            usage[index] = replace(u, residents=kept)
+        else:
+            usage.pop(index, None)
+        return replace(self, usage=usage)
+
+
+@dataclass(frozen=True)
+class SharedRequest:
+    """A request for one co-location slot on one GPU (``gputopo.io/gpu-shared: 1``).
+
+    Attributes:
+        profile: the job's solo profile (Tabrizian §4.2; :mod:`topology.colocation.sources`).
+        memory_mib: GPU memory to reserve, MiB (``gputopo.io/vgpu-memory``, else the
+            profile's); MPS caps the client to it.
+        name: the job's name, recorded as the GPU's resident (``namespace/pod``).
+        threshold: ΣC threshold, Eq. 4.3 units (Tabrizian §4.2.4; default 4·10⁷).
+        model: the slow-down predictor's constants (:mod:`topology.colocation.model`).
+    """
+
+    profile: JobProfile
+    memory_mib: int = 0
+    name: str = ""
+    threshold: float = DEFAULT_THRESHOLD
+    model: ColocationModel = DEFAULT_MODEL
+
+    def __post_init__(self) -> None:
+        if self.memory_mib < 0:
+            raise RequestError("a shared request's GPU memory must be >= 0 MiB")
+        if not self.threshold > 0:
+            raise RequestError("the co-location threshold (sum of C) must be > 0")
+
+    def key(self) -> tuple[object, ...]:
+        """Hashable form for cache keys."""
+        return (self.profile.key, self.profile.identity(), self.memory_mib, self.name,
+                self.threshold, self.model)
 
 
 def add_grant(
@@ -135,6 +259,27 @@ def add_grant(
             usage[g] = GPUUsage(FULL_CORE, u.memory_mib)
 
 
+def add_resident(usage: dict[int, GPUUsage], gpu: int, resident: Resident, *,
+                 slots: int) -> None:
+    """Add one co-located job to a usage map, in place — the one rule for how co-location
+    slots add up on a GPU (decisions, the extender's allocation book, assignments read back
+    from annotations).
+
+    Raises:
+        ValueError: the GPU is held whole or split into vGPU shares (one mode per GPU), all
+            ``slots`` are taken, or a job of that name already shares it.
+    """
+    u = usage.get(gpu, GPUUsage())
+    if u.core_percent or u.memory_mib:
+        raise ValueError(f"GPU {gpu} is held whole or split into vGPU shares; it cannot take "
+                         "a co-location slot")
+    if len(u.residents) >= slots:
+        raise ValueError(f"GPU {gpu} has no free co-location slot")
+    if resident.name and any(r.name == resident.name for r in u.residents):
+        raise ValueError(f"job {resident.name} already shares GPU {gpu}")
+    usage[gpu] = replace(u, residents=u.residents + (resident,))
+
+
 @dataclass(frozen=True)
 class Request:
     """What a pod asks for.
@@ -157,6 +302,8 @@ class Request:
             batch class; Amaral §4.2), used to estimate interference. None = a default
             profile derived from ``bandwidth_sensitive``. Policies that model no
             interference ignore it.
+        shared: for a co-location slot (``gputopo.io/gpu-shared``), the job's profile and
+            settings; then ``count`` is 1 and only co-location policies place it.
     """
 
     count: int = 1
@@ -166,6 +313,7 @@ class Request:
     bandwidth_sensitive: bool | None = None
     min_utility: float | None = None
     profile: str | None = None
+    shared: SharedRequest | None = None
 
     def __post_init__(self) -> None:
         if self.count < 0:
@@ -184,6 +332,9 @@ class Request:
             raise RequestError(f"minimum utility must be in [0, 1], got {self.min_utility}")
         if self.profile is not None and not self.profile.strip():
             raise RequestError("empty job profile name")
+        if self.shared is not None and (self.count != 1 or self.core_percent
+                                        or self.memory_mib):
+            raise RequestError("a co-location slot is one GPU: count 1, no vGPU share")
         if self.pattern is not None and self.count > 0 and self.pattern.size != self.count:
             raise RequestError(
                 f"pattern {self.pattern.name!r} has {self.pattern.size} GPUs but the request "
@@ -227,6 +378,7 @@ class Request:
         return (
             self.count, self.core_percent, self.memory_mib, p, self.sensitive,
             self.min_utility, self.profile,
+            self.shared.key() if self.shared is not None else None,
         )  # fmt: skip
 
 
@@ -238,6 +390,87 @@ class Candidate:
     aggregated_bandwidth_gbps: float
     effective_bandwidth_gbps: float
     preserved_bandwidth_gbps: float
+
+
+@dataclass(frozen=True)
+class SetPrediction:
+    """The predicted co-located set on one candidate GPU, were the job to join it.
+
+    Attributes:
+        gpu: the GPU index.
+        residents: labels of the jobs already on it (``name (profile key)``).
+        sum_c_before: ΣC of the residents (Eq. 4.3 units); 0 for an idle GPU.
+        sum_c: ΣC with the job (the quantity Tabrizian §4.2.4 bounds).
+        delta: predicted δ of the set with the job (Eq. 4.1); 1.0 alone.
+        slowdowns: predicted slow-down of each member, residents first, the job last.
+        throughput_gain: solo-GPUs' worth of progress the job adds net of what it costs the
+            residents (``Σ 1/s`` after minus before; 1.0 on an idle GPU).
+        free_memory_mib: GPU memory left after the job joins, MiB.
+    """
+
+    gpu: int
+    residents: tuple[str, ...]
+    sum_c_before: float
+    sum_c: float
+    delta: float
+    slowdowns: tuple[float, ...]
+    throughput_gain: float
+    free_memory_mib: int
+
+    def to_json(self) -> dict[str, object]:
+        """JSON form (numbers rounded for display)."""
+        return {
+            "gpu": self.gpu,
+            "residents": list(self.residents),
+            "sum_c_before": round(self.sum_c_before),
+            "sum_c": round(self.sum_c),
+            "delta": round(self.delta, 3),
+            "slowdowns": [round(x, 3) for x in self.slowdowns],
+            "throughput_gain": round(self.throughput_gain, 3),
+            "free_memory_mib": self.free_memory_mib,
+        }
+
+
+@dataclass(frozen=True)
+class Colocation:
+    """A co-location decision's explanation (Tabrizian Algorithm 2 and gputopo's variant).
+
+    Attributes:
+        job: the job's name (becomes the GPU's resident).
+        profile: the job's profile.
+        memory_mib: GPU memory reserved, MiB.
+        chosen: the predicted set on the chosen GPU.
+        threshold: the ΣC threshold applied (Eq. 4.3 units).
+        slots: co-location slots per GPU.
+        runner_up: the best other candidate GPU on this node, if any.
+        rank: the node-choice key, lower = better, comparable between nodes for one policy
+            and request (the simulator's and the extender's node choice for shared pods).
+    """
+
+    job: str
+    profile: JobProfile
+    memory_mib: int
+    chosen: SetPrediction
+    threshold: float
+    slots: int
+    runner_up: SetPrediction | None = None
+    rank: tuple[float, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        """JSON form."""
+        return {
+            "job": self.job,
+            "profile": self.profile.label(),
+            "profile_source": self.profile.source,
+            "kernel_occupancy": round(self.profile.kernel_occupancy),
+            "mem_bandwidth_util": round(self.profile.mem_bandwidth_util),
+            "iteration_s": self.profile.iteration_s,
+            "memory_mib": self.memory_mib,
+            "threshold": self.threshold,
+            "slots": self.slots,
+            "chosen": self.chosen.to_json(),
+            "runner_up": self.runner_up.to_json() if self.runner_up is not None else None,
+        }
 
 
 @dataclass(frozen=True)
@@ -262,6 +495,8 @@ class Decision:
         numa_nodes: NUMA nodes of the chosen GPUs.
         runner_up: the best alternative with a different GPU set, if any.
         reason: one line on why this set won.
+        colocation: for a co-location slot (``Request.shared``), the predicted set and why;
+            ``gpus`` then holds the one GPU and ``memory_mib`` the memory reserved.
     """
 
     policy: str
@@ -281,6 +516,12 @@ class Decision:
     memory_mib: int = 0
     runner_up: Candidate | None = None
     reason: str = ""
+    colocation: Colocation | None = None
+
+    @property
+    def shared(self) -> bool:
+        """A co-location slot on one GPU."""
+        return self.colocation is not None
 
     def to_json(self) -> dict[str, object]:
         """The CLI / API JSON form (snake_case keys; bandwidths rounded to 0.1 GB/s)."""
@@ -313,6 +554,8 @@ class Decision:
             }
         else:
             out["runner_up"] = None
+        if self.colocation is not None:
+            out["colocation"] = self.colocation.to_json()
         return out
 
 

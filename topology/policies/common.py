@@ -158,10 +158,13 @@ def check_capacity(topology: Topology, state: NodeState, request: Request) -> tu
 
 
 def fits_share(topology: Topology, state: NodeState, request: Request, gpu: int) -> bool:
-    """True when GPU ``gpu`` has room for the fractional ``request`` (core and memory)."""
+    """True when GPU ``gpu`` has room for the fractional ``request`` (core and memory); a GPU
+    shared by co-located jobs takes no vGPU share (one mode per GPU)."""
     if gpu in state.unhealthy:
         return False
     u = state.used(gpu)
+    if u.residents:
+        return False
     if u.core_percent + request.core_percent > FULL_CORE:
         return False
     return u.memory_mib + request.memory_mib <= topology.gpus[gpu].memory_mib

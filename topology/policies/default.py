@@ -18,6 +18,9 @@ Reasoning:
   :mod:`topology.policies.bandwidth`). Ties: higher PreservedBW, then the smallest GPU set.
 * **Several GPUs, insensitive** — MAPA Preserve's insensitive branch: the highest PreservedBW
   (Eq. 3), ties broken by the higher gputopo-v1 EffBW, then the smallest GPU set.
+* **Co-location slots** (``gputopo.io/gpu-shared``) — Tabrizian's safety rules (predicted
+  δ ≥ 1, ΣC ≤ threshold) with the predicted throughput gain, keeping whole GPUs and NVLink
+  groups free: :func:`topology.policies.colocate.gputopo_shared`.
 
 Every branch is deterministic: equal inputs give equal decisions.
 """
@@ -64,14 +67,16 @@ def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
 
 
 @register(NAME, "default: Gaia Fragment for shares, PreservedBW for 1 GPU, MAPA Preserve "
-          "with a monotone EffBW model for multi-GPU", free_set_only=True)
+          "with a monotone EffBW model for multi-GPU, gain-aware co-location for shared "
+          "GPUs", free_set_only=True, colocation=True)
 def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """The default policy (see the module docstring for the reasoning).
 
     Args:
         topology: the node.
         state: its used GPUs.
-        request: whole GPUs (``count >= 1``) or a share (``count == 0``).
+        request: whole GPUs (``count >= 1``), a share (``count == 0``) or a co-location
+            slot (``shared``).
 
     Returns:
         A decision whose EffBW is the gputopo-v1 prediction (GB/s).
@@ -79,6 +84,10 @@ def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) 
     Raises:
         NoFit: not enough free GPUs, or no GPU with room for the share.
     """
+    if request.shared is not None:
+        from topology.policies.colocate import gputopo_shared
+
+        return gputopo_shared(topology, state, request, NAME)
     if request.fractional:
         from topology.policies import gaia
 

@@ -22,7 +22,15 @@ from dataclasses import replace
 from threading import Lock
 
 from topology.model import Topology
-from topology.policies.base import Candidate, Decision, NodeState, NoFit, Request, cpu_and_numa
+from topology.policies.base import (
+    Candidate,
+    Decision,
+    NodeState,
+    NoFit,
+    Request,
+    RequestError,
+    cpu_and_numa,
+)
 from topology.policies.memo import Memo
 from topology.policies.registry import get_policy
 
@@ -78,9 +86,17 @@ class Evaluator:
         Raises:
             UnknownPolicy: ``policy`` is not registered.
             NoFit: the node cannot host the request (cached too).
-            RequestError: the request is invalid for the policy.
+            RequestError: the request is invalid for the policy (e.g. a co-location slot
+                for a policy that does not co-locate).
         """
         spec = get_policy(policy)
+        if request.shared is not None and not spec.colocation:
+            from topology.policies.registry import colocation_policies
+
+            raise RequestError(
+                f"policy {policy!r} does not place co-location slots (gputopo.io/gpu-shared); "
+                f"use one of {', '.join(colocation_policies())}"
+            )
         skey: object = (
             ("free", state.mask(topology)) if spec.keys_by_free_mask(request) else state.key()
         )

@@ -313,6 +313,8 @@ class AccessCostTree:
         u = state.used(gpu)
         if u.idle:
             return "free"
+        if u.residents:
+            return f"co-located: {len(u.residents)} job(s), {u.resident_memory_mib} MiB"
         if u.core_percent >= FULL_CORE:
             return "busy"
         return f"shared {u.core_percent}% core, {u.memory_mib} MiB"

@@ -21,6 +21,7 @@ POLICY_MODULES = (
     "topology.policies.default",
     "topology.policies.nvidia",
     "topology.policies.amaral",
+    "topology.policies.colocate",
 )
 
 DEFAULT_POLICY = "gputopo"
@@ -43,18 +44,21 @@ class PolicySpec:
             shared, unhealthy) does not change the decision. Decisions are then cached per
             free-GPU mask rather than per full state (:func:`topology.policies.evaluate.place`)
             — a property test holds every policy declaring it to that.
+        colocation: the policy places co-location slots (``Request.shared``,
+            ``gputopo.io/gpu-shared``); others refuse such requests.
     """
 
     name: str
     fn: PolicyFn
     summary: str
     free_set_only: bool = False
+    colocation: bool = False
 
     def keys_by_free_mask(self, request: Request) -> bool:
         """``request``'s decisions depend on a node's state only through its free-GPU mask
         (a whole-GPU request to a ``free_set_only`` policy): caches and node groups may key
         by that mask."""
-        return self.free_set_only and not request.fractional
+        return self.free_set_only and not request.fractional and request.shared is None
 
 
 _REGISTRY: dict[str, PolicySpec] = {}
@@ -62,9 +66,10 @@ _loaded = False
 
 
 def register(
-    name: str, summary: str, *, free_set_only: bool = False
+    name: str, summary: str, *, free_set_only: bool = False, colocation: bool = False
 ) -> Callable[[PolicyFn], PolicyFn]:
-    """Decorator: register ``fn`` under ``name`` (``free_set_only``: see :class:`PolicySpec`).
+    """Decorator: register ``fn`` under ``name`` (``free_set_only``, ``colocation``: see
+    :class:`PolicySpec`).
 
     Raises:
         ValueError: the name is already taken by another function.
@@ -74,7 +79,7 @@ def register(
         old = _REGISTRY.get(name)
         if old is not None and old.fn is not fn and old.fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"policy {name!r} registered twice")
-        _REGISTRY[name] = PolicySpec(name, fn, summary, free_set_only)
+        _REGISTRY[name] = PolicySpec(name, fn, summary, free_set_only, colocation)
         return fn
 
     return deco
@@ -97,6 +102,11 @@ def policies() -> dict[str, PolicySpec]:
     """All registered policies by name."""
     _load()
     return dict(_REGISTRY)
+
+
+def colocation_policies() -> list[str]:
+    """Names of the policies that place co-location slots (``PolicySpec.colocation``)."""
+    return sorted(n for n, spec in policies().items() if spec.colocation)
 
 
 def get_policy(name: str) -> PolicySpec:
