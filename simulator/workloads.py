@@ -656,7 +656,7 @@ MIX_ITERATIONS = (2000, 8000)
 MIX_NODES = 4
 
 
-def tabrizian_mix(jobs: int = 200, seed: int = 0, rate: float = 6.0, shared: float = 0.7,
+def tabrizian_mix(jobs: int = 200, seed: int = 0, rate: float = 4.0, shared: float = 0.7,
                   workers: int = 10) -> Workload:
     """A Poisson stream (``rate`` jobs/min) mixing shared single-GPU jobs (fraction
     ``shared``; model uniform over the catalog's five, batch 64/128/256 with weights
@@ -806,7 +806,7 @@ def load_workload(spec: str, *, seed: int = 0, nodes: int | None = None) -> Work
             take("iterations", DEFAULT_ITERATIONS, int),
             "Tabrizian §6.3: SENet-18 and ResNet-18 at batch 256, two of each, together")
     elif key == "tabrizian-mix":
-        w = tabrizian_mix(take("jobs", 200, int), seed, take("rate", 6.0, float),
+        w = tabrizian_mix(take("jobs", 200, int), seed, take("rate", 4.0, float),
                           take("shared", 0.7, float), take("workers", 10, int))
     else:
         n = nodes if nodes is not None else 1000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from topology.colocation.model import (
     DEFAULT_MODEL,
@@ -144,9 +144,11 @@ class NodeState:
         """Bit mask of :meth:`free_gpus` (bit i set = GPU i free)."""
         return self._free_and_mask(topology.size)[1]
 
-    def key(self) -> tuple[tuple[object, ...], ...]:
-        """A hashable, canonical form (for caches)."""
-        out: tuple[tuple[object, ...], ...] = tuple(
+    def key(self) -> tuple[tuple[Any, ...], ...]:
+        """A hashable, canonical form (for caches): ``(index, core %, MiB)`` per GPU in use,
+        then, when GPUs are shared or slots differ from the default, ``("slots", n)`` and
+        ``("shared", index, …, resident keys)`` entries."""
+        out: tuple[tuple[Any, ...], ...] = tuple(
             sorted((i, u.core_percent, u.memory_mib) for i, u in self.usage.items()
                    if not u.idle and not u.residents)
         ) + tuple((-1 - i, 0, 0) for i in sorted(self.unhealthy))
