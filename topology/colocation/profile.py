@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -367,9 +368,6 @@ def load_catalog_file(path: str | Path, *, source: str = "user") -> ProfileCatal
     return load_catalog_text(text, origin=str(path), source=source)
 
 
-_builtin_cache: dict[str, ProfileCatalog] = {}
-
-
 def builtin_catalog(name: str = DEFAULT_CATALOG) -> ProfileCatalog:
     """A shipped catalog by name (:data:`BUILTIN_CATALOGS`).
 
@@ -381,12 +379,14 @@ def builtin_catalog(name: str = DEFAULT_CATALOG) -> ProfileCatalog:
         raise ProfileError(
             f"unknown profile catalog {name!r}; shipped: {', '.join(BUILTIN_CATALOGS)}"
         )
-    hit = _builtin_cache.get(key)
-    if hit is None:
-        text = resources.files("topology.colocation").joinpath(f"data/{key}.yaml").read_text()
-        hit = load_catalog_text(text, origin=f"builtin:{key}", source="catalog")
-        _builtin_cache[key] = hit
-    return hit
+    return _load_builtin(key)
+
+
+@cache
+def _load_builtin(key: str) -> ProfileCatalog:
+    """The packaged file ``data/<key>.yaml``, parsed once (it never changes at run time)."""
+    text = resources.files("topology.colocation").joinpath(f"data/{key}.yaml").read_text()
+    return load_catalog_text(text, origin=f"builtin:{key}", source="catalog")
 
 
 def resolve_catalog(spec: str | None) -> ProfileCatalog:

@@ -189,13 +189,13 @@ def shared_decision(policy: str, topology: Topology, state: NodeState, request: 
     )
 
 
-def _whole(topology: Topology, state: NodeState, request: Request, memo: Memo,
+def _whole(topology: Topology, state: NodeState, request: Request, memo: Memo | None,
            name: str) -> Decision:
     from dataclasses import replace
 
     from topology.policies.default import gputopo
 
-    d = gputopo(topology, state, request, memo)
+    d = gputopo(topology, state, request, memo if memo is not None else Memo())
     return replace(d, policy=name)
 
 
@@ -221,7 +221,7 @@ def colocate(topology: Topology, state: NodeState, request: Request,
             or predicted δ below 1 (Algorithm 2 stops there rather than trying another GPU).
     """
     if request.shared is None:
-        return _whole(topology, state, request, memo or Memo(), COLOCATE)
+        return _whole(topology, state, request, memo, COLOCATE)
     shared = request.shared
     feasible = feasible_gpus(topology, state, shared)
     preds = [predict_join(topology, state, shared, g) for g in feasible]
@@ -269,7 +269,7 @@ def random_colocate(topology: Topology, state: NodeState, request: Request,
         NoFit: no GPU has a free slot and the memory.
     """
     if request.shared is None:
-        return _whole(topology, state, request, memo or Memo(), RANDOM_COLOCATE)
+        return _whole(topology, state, request, memo, RANDOM_COLOCATE)
     shared = request.shared
     feasible = feasible_gpus(topology, state, shared)
     seed = (request.key(), state.key(), topology.topology_class)
@@ -298,7 +298,7 @@ def exclusive(topology: Topology, state: NodeState, request: Request,
         NoFit: no idle GPU with the memory.
     """
     if request.shared is None:
-        return _whole(topology, state, request, memo or Memo(), EXCLUSIVE)
+        return _whole(topology, state, request, memo, EXCLUSIVE)
     shared = request.shared
     idle = [g for g in range(topology.size)
             if g not in state.unhealthy and state.used(g).idle

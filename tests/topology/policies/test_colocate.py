@@ -12,7 +12,6 @@ from topology import catalog
 from topology.colocation.model import predict
 from topology.colocation.profile import JobProfile, builtin_catalog
 from topology.model import Topology
-from topology.policies import evaluate
 from topology.policies.base import (
     FULL_CORE,
     GPUUsage,
@@ -24,10 +23,18 @@ from topology.policies.base import (
     SharedRequest,
 )
 from topology.policies.colocate import JOIN_GAIN, colocate, exclusive, random_colocate
-from topology.policies.default import gputopo
+from topology.policies.default import gputopo as _gputopo
+from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
 from topology.policies.registry import colocation_policies, get_policy
 
 CAT = builtin_catalog()
+EV = Evaluator()
+
+
+def gputopo(topology: Topology, state: NodeState, request: Request):  # type: ignore[no-untyped-def]
+    return _gputopo(topology, state, request, Memo())
+
 DGX = catalog.get("dgx1-v100")
 ONE = catalog.get("v100-1gpu")
 
@@ -60,7 +67,7 @@ def test_registry_knows_the_colocation_policies() -> None:
     assert colocation_policies() == ["colocate", "exclusive", "gputopo", "random-colocate"]
     assert get_policy("colocate").colocation and not get_policy("baseline").colocation
     with pytest.raises(RequestError, match="does not place co-location slots"):
-        evaluate.place("mapa-preserve", DGX, NodeState(), shared("vgg11:64"))
+        EV.place("mapa-preserve", DGX, NodeState(), shared("vgg11:64"))
 
 
 # ------------------------------------------------------------------ Algorithm 2
@@ -336,7 +343,7 @@ def test_accounting_invariants(topo: Topology, slots: int,
         try:
             if kind == "shared":
                 key, name, policy = arg  # type: ignore[misc]
-                d = evaluate.place(policy, topo, st_, shared(key, name=name))
+                d = EV.place(policy, topo, st_, shared(key, name=name))
                 assert d.gpus[0] not in st_.unhealthy
                 st_ = st_.with_allocation(d)
             elif kind == "whole":
@@ -359,13 +366,13 @@ def test_accounting_invariants(topo: Topology, slots: int,
        st.sampled_from(KEYS))
 def test_decisions_are_deterministic(policy: str, a: str, b: str, new: str) -> None:
     st_ = state(tuple(range(3, 8)), g0=residents(a, gpu=0), g1=residents(b, gpu=1))
-    evaluate.clear_cache()
+    EV.clear_decisions()
     try:
-        first = evaluate.place(policy, DGX, st_, shared(new))
+        first = EV.place(policy, DGX, st_, shared(new))
     except NoFit as exc:
         with pytest.raises(NoFit, match=str(exc)[:20]):
-            evaluate.clear_cache()
-            evaluate.place(policy, DGX, st_, shared(new))
+            EV.clear_decisions()
+            EV.place(policy, DGX, st_, shared(new))
         return
-    evaluate.clear_cache()
-    assert evaluate.place(policy, DGX, st_, shared(new)) == first
+    EV.clear_decisions()
+    assert EV.place(policy, DGX, st_, shared(new)) == first
