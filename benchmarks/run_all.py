@@ -10,16 +10,22 @@ Runs, in order:
 2. the simulations (``simulator``; the same policy code the extender runs):
    MAPA's 300-job trace on a DGX-1 V100 and on the 16-GPU cube-mesh and torus; Amaral's
    prototype (Table 1, one Minsky), scenario 1 (100 jobs, 5 Minsky) and scenario 2 (10 000 jobs,
-   1 000 Minsky); every registered comparison policy;
+   1 000 Minsky); every registered comparison policy; Tabrizian's co-location workloads
+   (best and worst case with two and ten data workers on two single-V100 machines, and the
+   mixed stream on DGX-1 nodes) under ``exclusive``, ``random-colocate``, ``colocate`` and
+   ``gputopo``, and a load sweep of the mixed stream (``colocation-sweep``);
 3. decision time per job at 1 000 machines, asking every node as the extender's filter does
    (Amaral scenario 2 on Minsky, and a MAPA-style stream on 1 000 DGX-1 V100).
 
-Writes ``benchmarks/results/REPORT.md`` (tables) and ``benchmarks/results/sim/<scenario>/``
-(summary.json, summary.md, details.json, plots; the per-job CSVs are not committed).
+Writes ``benchmarks/results/REPORT.md`` (tables), ``benchmarks/results/COLOCATION.md`` (the
+co-location tables) and ``benchmarks/results/sim/<scenario>/`` (summary.json, summary.md,
+details.json, plots; the per-job CSVs are not committed).
 
 Run: ``.venv/bin/python -m benchmarks.run_all`` (full, several minutes) or ``--quick``
 (reduced sizes, a CI-sized smoke run). ``--skip-benchmarks`` runs only the simulations;
-``--only NAME[,NAME]`` picks scenarios and benchmarks (``planner`` = ``bench_planner``).
+``--only NAME[,NAME]`` picks scenarios and benchmarks (``planner`` = ``bench_planner``;
+``tabrizian`` = every co-location scenario and the sweep); a partial run prints its report
+instead of replacing REPORT.md.
 """
 
 from __future__ import annotations
@@ -44,6 +50,12 @@ REPORT = RESULTS / "REPORT.md"
 
 POLICIES = ["baseline", "nvidia-best-effort", "gaia", "mapa-greedy", "mapa-preserve",
             "topo-aware", "topo-aware-p", "fcfs", "best-fit", "gputopo"]
+#: Tabrizian's comparison (§6): FIFO with every job alone, blind packing, Algorithm 2, ours.
+COLOCATION_POLICIES = ["exclusive", "random-colocate", "colocate", "gputopo"]
+COLOCATION = RESULTS / "COLOCATION.md"
+#: The mixed stream's load sweep: arrival rates (jobs/min), seeds, queue disciplines.
+SWEEP_RATES, SWEEP_SEEDS, SWEEP_QUEUES = (2.0, 3.0, 4.0, 6.0, 8.0), (0, 1, 2), ("fifo",
+                                                                              "backfill")
 
 
 @dataclass(frozen=True)
@@ -52,11 +64,12 @@ class Scenario:
 
     name: str
     title: str
-    topology: str
+    topology: str | None  # None: the workload's own cluster
     workload: str
     quick_workload: str
-    nodes: int
-    quick_nodes: int
+    nodes: int | None
+    quick_nodes: int | None
+    policies: tuple[str, ...] = tuple(POLICIES)
 
 
 SCENARIOS = [
@@ -72,6 +85,20 @@ SCENARIOS = [
              "amaral-s1:jobs=40", 5, 5),
     Scenario("amaral-s2", "Amaral §5.5.2: 10 000 jobs on 1 000 Minsky", "minsky", "amaral-s2",
              "amaral-s2:jobs=500", 1000, 50),
+    Scenario("tabrizian-best", "Tabrizian §6.2 best case, two data workers (Fig. 6.3b)", None,
+             "tabrizian-best", "tabrizian-best", None, None, tuple(COLOCATION_POLICIES)),
+    Scenario("tabrizian-best-w10", "Tabrizian §6.2 best case, ten data workers (Fig. 6.3a)",
+             None, "tabrizian-best:workers=10", "tabrizian-best:workers=10", None, None,
+             tuple(COLOCATION_POLICIES)),
+    Scenario("tabrizian-worst", "Tabrizian §6.3 worst case, two data workers (Fig. 6.7b)",
+             None, "tabrizian-worst", "tabrizian-worst", None, None,
+             tuple(COLOCATION_POLICIES)),
+    Scenario("tabrizian-worst-w10", "Tabrizian §6.3 worst case, ten data workers (Fig. 6.7a)",
+             None, "tabrizian-worst:workers=10", "tabrizian-worst:workers=10", None, None,
+             tuple(COLOCATION_POLICIES)),
+    Scenario("tabrizian-mix", "Shared single-GPU jobs mixed with exclusive multi-GPU MAPA jobs "
+             "on 4 DGX-1 V100", None, "tabrizian-mix", "tabrizian-mix:jobs=60", None, None,
+             tuple(COLOCATION_POLICIES)),
 ]
 
 #: Decision time per job with every node asked (the extender's filter path), at 1 000 nodes.
@@ -132,6 +159,71 @@ def _decision_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _colocation_row(workload: str, results: list[Any]) -> list[str]:
+    """Table rows: makespan, median/p95 JCT, mean queueing, each with its ratio to exclusive."""
+    import numpy as np
+
+    def stats(r: Any) -> tuple[float, float, float, float]:
+        jct = [x.jct_s for x in r.records]
+        span = max(x.end_s for x in r.records) - min(x.job.arrival_s for x in r.records)
+        return (span, float(np.median(jct)), float(np.percentile(jct, 95)),
+                float(np.mean([x.queueing_s for x in r.records])))
+
+    ref = stats(next(r for r in results if r.policy == "exclusive"))
+    rows = []
+    for r in results:
+        v = stats(r)
+        cells = [f"{a:.0f} ({a / b:.2f})" if b > 0 else f"{a:.0f} (–)"
+                 for a, b in zip(v, ref, strict=True)]
+        rows.append(f"| {workload} | {r.policy} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def _sweep(quick: bool) -> tuple[str, list[dict[str, Any]]]:
+    """The mixed stream at several loads and seeds: mean ratio to exclusive per policy."""
+    from statistics import mean
+
+    from simulator.run import simulate
+
+    rates = (3.0, 6.0) if quick else SWEEP_RATES
+    seeds = SWEEP_SEEDS[:2] if quick else SWEEP_SEEDS
+    jobs = 60 if quick else 200
+    raw: list[dict[str, Any]] = []
+    for queue in SWEEP_QUEUES:
+        for rate in rates:
+            for seed in seeds:
+                results, _ = simulate(None, f"tabrizian-mix:jobs={jobs},rate={rate:g}",
+                                      COLOCATION_POLICIES, seed=seed, queue=queue,
+                                      make_plots=False)
+                for r in results:
+                    multi = [x.queueing_s for x in r.records if not x.job.shared]
+                    raw.append({
+                        "queue": queue, "rate_per_min": rate, "seed": seed, "policy": r.policy,
+                        "makespan_s": max(x.end_s for x in r.records)
+                        - min(x.job.arrival_s for x in r.records),
+                        "turnaround_mean_s": mean(x.end_s - x.job.arrival_s
+                                                  for x in r.records),
+                        "multi_gpu_queueing_mean_s": mean(multi) if multi else 0.0,
+                    })
+    lines = ["| queue | jobs/min | policy | makespan / exclusive | turnaround / exclusive | "
+             "multi-GPU jobs' mean wait, s |", "|---|---:|---|---:|---:|---:|"]
+    for queue in SWEEP_QUEUES:
+        for rate in rates:
+            cell = [x for x in raw if x["queue"] == queue and x["rate_per_min"] == rate]
+            base = {x["seed"]: x for x in cell if x["policy"] == "exclusive"}
+            for pol in COLOCATION_POLICIES[1:]:
+                mine = [x for x in cell if x["policy"] == pol]
+                span = mean(x["makespan_s"] / base[x["seed"]]["makespan_s"] for x in mine)
+                tat = mean(x["turnaround_mean_s"] / base[x["seed"]]["turnaround_mean_s"]
+                           for x in mine)
+                wait = mean(x["multi_gpu_queueing_mean_s"] for x in mine)
+                lines.append(f"| {queue} | {rate:g} | {pol} | {span:.3f} | {tat:.3f} | "
+                             f"{wait:.0f} |")
+    text = (f"Mean over seeds {', '.join(map(str, seeds))} of each run's ratio to `exclusive` "
+            f"({jobs} jobs per run, 4 × DGX-1 V100):\n\n" + "\n".join(lines) + "\n")
+    return text, raw
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="reduced sizes (CI smoke run)")
@@ -145,6 +237,10 @@ def main() -> None:
     from simulator.run import simulate
 
     only = {s.strip() for s in args.only.split(",") if s.strip()}
+    if "tabrizian" in only:
+        only |= {sc.name for sc in SCENARIOS if sc.name.startswith("tabrizian")}
+        only |= {"colocation-sweep"}
+    colocation_rows: list[str] = []
     started = time.perf_counter()
     parts: list[str] = [
         "# gputopo benchmark and simulation report",
@@ -178,20 +274,51 @@ def main() -> None:
         workload = sc.quick_workload if args.quick else sc.workload
         nodes = sc.quick_nodes if args.quick else sc.nodes
         out = SIM / sc.name
-        print(f"== {sc.name}: {workload} on {nodes} x {sc.topology}", file=sys.stderr,
-              flush=True)
+        print(f"== {sc.name}: {workload} on {nodes or 'its'} x {sc.topology or 'own cluster'}",
+              file=sys.stderr, flush=True)
         t0 = time.perf_counter()
-        simulate(sc.topology, workload, POLICIES, nodes=nodes, seed=args.seed, out=out,
-                 progress=lambda line: print("   " + line, file=sys.stderr, flush=True))
+        results, _ = simulate(
+            sc.topology, workload, list(sc.policies), nodes=nodes, seed=args.seed, out=out,
+            progress=lambda line: print("   " + line, file=sys.stderr, flush=True))
         took = time.perf_counter() - t0
         md = (out / "summary.md").read_text().split("\n", 2)[2]
+        where = (f"--topology {sc.topology} " if sc.topology else "") + (
+            f"--nodes {nodes} " if nodes else "")
+        plots = (f"[JCT CDF](sim/{sc.name}/jct_cdf.png), [makespan](sim/{sc.name}/makespan.png)"
+                 if sc.policies != tuple(POLICIES) else
+                 f"[EffBW](sim/{sc.name}/effbw_boxplot.png), "
+                 f"[queueing CDF](sim/{sc.name}/queueing_cdf.png), "
+                 f"[fragmentation](sim/{sc.name}/fragmentation.png)")
         parts += [f"### {sc.title}", "",
-                  f"`gputopo simulate --topology {sc.topology} --nodes {nodes} --workload "
-                  f"{workload} --policies {','.join(POLICIES)} --seed {args.seed} --out "
-                  f"benchmarks/results/sim/{sc.name}` ({took:.0f} s). Plots: "
-                  f"[EffBW](sim/{sc.name}/effbw_boxplot.png), "
-                  f"[queueing CDF](sim/{sc.name}/queueing_cdf.png), "
-                  f"[fragmentation](sim/{sc.name}/fragmentation.png).", "", md, ""]
+                  f"`gputopo simulate {where}--workload {workload} --policies "
+                  f"{','.join(sc.policies)} --seed {args.seed} --out "
+                  f"benchmarks/results/sim/{sc.name}` ({took:.0f} s). Plots: {plots}.", "",
+                  md, ""]
+        if sc.policies == tuple(COLOCATION_POLICIES):
+            colocation_rows += _colocation_row(sc.name, results)
+
+    if colocation_rows or "colocation-sweep" in only or (not only):
+        colo = [
+            "# Co-location (Tabrizian 2020): simulated",
+            "",
+            f"Generated by `.venv/bin/python -m benchmarks.run_all --only tabrizian"
+            f"{' --quick' if args.quick else ''}` (seed {args.seed}); how close this comes to "
+            "the thesis and why: `docs/simulator.md`. Each cell: value (ratio to `exclusive`, "
+            "FIFO with every job alone on its GPU). JCT = completion − start (§6), seconds.",
+            "",
+            "| workload | policy | makespan | JCT median | JCT p95 | queueing mean |",
+            "|---|---|---:|---:|---:|---:|",
+            *colocation_rows,
+            "",
+        ]
+        if not only or "colocation-sweep" in only:
+            print("== colocation-sweep", file=sys.stderr, flush=True)
+            sweep_md, sweep_raw = _sweep(args.quick)
+            (RESULTS / "colocation_sweep.json").write_text(json.dumps(sweep_raw, indent=1)
+                                                           + "\n")
+            colo += ["## The mixed stream at several loads", "", sweep_md]
+        COLOCATION.write_text("\n".join(colo) + "\n")
+        parts += ["## Co-location", "", *colo[2:]]
 
     if not only or "scale" in only:
         rows: list[dict[str, Any]] = []
@@ -228,6 +355,9 @@ def main() -> None:
             _decision_table(rows), "",
         ]
     parts.append(f"Total time {time.perf_counter() - started:.0f} s.")
+    if only:  # a partial run must not replace the full report
+        print("\n".join(parts))
+        return
     REPORT.write_text("\n".join(parts) + "\n")
     print(f"wrote {REPORT.relative_to(ROOT)}", file=sys.stderr)
 
