@@ -290,7 +290,10 @@ class Simulation:
     # with nodes holding the very same jobs (i.e. never), the others exactly as before.
     @staticmethod
     def _mask_of(nk: object) -> int:
-        return nk if isinstance(nk, int) else nk[0]  # type: ignore[index,no-any-return]
+        if isinstance(nk, int):
+            return nk
+        assert isinstance(nk, tuple) and isinstance(nk[0], int)
+        return nk[0]
 
     def _key_of(self, node: int, mask: int) -> object:
         shared = self.shared_on[node]

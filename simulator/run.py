@@ -50,9 +50,11 @@ def resolve_topology(topology: str | Topology | None, workload: Workload) -> Top
     """
     if isinstance(topology, Topology):
         return topology
-    src = topology if topology is not None else workload.default_topology
+    src = topology if topology is not None else (
+        workload.default_topology if workload.own_cluster else None)
     if src is None:
-        raise SimulationError(f"workload {workload.name} defines no cluster; give --topology")
+        raise SimulationError(f"--topology is required for workload {workload.name} (it "
+                              "defines no cluster)")
     try:
         if src.lstrip().startswith("{"):
             return load_topology_text(src, origin=f"workload {workload.name}")

@@ -228,8 +228,10 @@ class Workload:
             (Amaral §3.3); MAPA's evaluation does not.
         default_nodes: node count when the CLI gets no ``--nodes``.
         default_topology: the papers' machine for this workload: a catalog name, a topology
-            file path, or an inline topology document (JSON text); used when the CLI gets no
-            ``--topology`` (a workload that defines its own cluster).
+            file path, or an inline topology document (JSON text).
+        own_cluster: the workload defines its cluster (``default_topology`` ×
+            ``default_nodes``), so it runs without ``--topology`` (Tabrizian's two single-V100
+            machines; a file with ``cluster``); otherwise ``default_topology`` is informative.
         description: one line.
         params: generator parameters (for the report).
         profiles: the co-location profile catalog its shared jobs' keys were resolved
@@ -244,6 +246,7 @@ class Workload:
     description: str = ""
     params: dict[str, Any] = field(default_factory=dict)
     profiles: str | None = None
+    own_cluster: bool = False
 
     @property
     def has_shared(self) -> bool:
@@ -263,6 +266,9 @@ class Workload:
         }
         if self.profiles is not None:
             out["profiles"] = self.profiles
+        if self.own_cluster:
+            del out["default_topology"], out["default_nodes"]
+            out["cluster"] = {"topology": self.default_topology, "nodes": self.default_nodes}
         return out
 
 
@@ -598,6 +604,7 @@ def _from_mapping(doc: Any, origin: str) -> Workload:
             params=dict(doc.get("params") or {}),
             profiles=catalog.name if catalog is not None else (str(profiles) if profiles
                                                                 else None),
+            own_cluster=cluster is not None,
         )
     )
 
@@ -642,7 +649,7 @@ def tabrizian_batch(name: str, keys: tuple[str, ...], sets: int, workers: int,
         name, tuple(jobs), interference=False, default_nodes=TABRIZIAN_NODES,
         default_topology=TABRIZIAN_MACHINE, description=description,
         params={"workers": workers, "iterations": iterations, "sets": sets},
-        profiles=catalog.name,
+        profiles=catalog.name, own_cluster=True,
     )
 
 
@@ -698,7 +705,7 @@ def tabrizian_mix(jobs: int = 200, seed: int = 0, rate: float = 4.0, shared: flo
                      "(Tabrizian catalog), the rest exclusive 2-5-GPU MAPA jobs"),
         params={"jobs": jobs, "seed": seed, "rate_per_min": rate, "shared": shared,
                 "workers": workers},
-        profiles=catalog.name,
+        profiles=catalog.name, own_cluster=True,
     )
 
 

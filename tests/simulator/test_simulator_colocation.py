@@ -248,7 +248,7 @@ def test_cli_needs_no_topology_for_a_cluster_defining_workload(tmp_path: Path) -
     f.write_text(json.dumps({"jobs": [{"gpus": 1, "network": "vgg16"}]}))
     r = runner.invoke(app, ["simulate", "-w", str(f), "-p", "gputopo", "-o",
                             str(tmp_path / "x"), "--no-plots"])
-    assert r.exit_code == 2 and "give --topology" in r.output
+    assert r.exit_code == 2 and "--topology is required" in r.output
     r = runner.invoke(app, ["simulate", "-w", "tabrizian-best", "-p", "baseline", "-o",
                             str(tmp_path / "y")])
     assert r.exit_code == 2 and "co-location" in r.output
