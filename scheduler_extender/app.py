@@ -1,9 +1,10 @@
 """The extender's FastAPI application: :func:`create_app`.
 
-Routes: ``POST /filter``, ``POST /prioritize``, ``POST /bind`` (kube-scheduler's extender
-verbs), ``GET /healthz``, ``GET /readyz``, ``GET /metrics``. Every error reply is JSON with
-one ``Error`` line — a malformed body is 400 (FastAPI's 422 is replaced), an unknown verb 404,
-a wrong method 405, anything unexpected 500 — never a traceback.
+Routes: ``POST /filter``, ``POST /prioritize``, ``POST /preempt``, ``POST /bind``
+(kube-scheduler's extender verbs), ``GET /healthz``, ``GET /readyz``, ``GET /metrics``. Every
+error reply is JSON with one ``Error`` line — a malformed body is 400 (FastAPI's 422 is
+replaced), an unknown verb 404, a wrong method 405, anything unexpected 500 — never a
+traceback.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler_extender.metrics import Metrics
-from scheduler_extender.routes import binding, health, metrics, scheduling
+from scheduler_extender.routes import binding, health, metrics, preemption, scheduling
 from scheduler_extender.routes.deps import Runtime, json_response
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import ClusterState
@@ -24,8 +25,9 @@ from scheduler_extender.verbs import Extender
 
 log = logging.getLogger("gputopo.extender")
 
-SERVED = "POST /filter, /prioritize, /bind; GET /healthz, /readyz, /metrics"
-_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind"}
+SERVED = "POST /filter, /prioritize, /preempt, /bind; GET /healthz, /readyz, /metrics"
+_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/preempt": "preempt",
+          "/bind": "bind"}
 
 
 def _describe_validation(exc: RequestValidationError) -> str:
@@ -69,7 +71,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     """
     app = FastAPI(
         title="gputopo scheduler extender",
-        summary="Topology-aware GPU placement for kube-scheduler (filter, prioritize, bind).",
+        summary="Topology-aware GPU placement for kube-scheduler (filter, prioritize, preempt, "
+        "bind).",
         version="1",
     )
     counters = Metrics()
@@ -80,7 +83,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     rt = Runtime(extender=extender, metrics=counters)
     app.state.runtime = rt
     app.state.settings = settings
-    for r in (scheduling.router, binding.router, health.router, metrics.router):
+    for r in (scheduling.router, preemption.router, binding.router, health.router,
+              metrics.router):
         app.include_router(r)
 
     def count_bad(request: Request, outcome: str) -> None:

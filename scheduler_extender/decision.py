@@ -83,8 +83,9 @@ _PRIORITY_JOBS = 64
 _MIN_SLICE_S = 0.001
 
 #: Which verb asks: filter starts the pod's time budget (and may learn unknown shapes in this
-#: thread), prioritize spends what filter left of it.
-Verb = Literal["filter", "prioritize"]
+#: thread), prioritize spends what filter left of it; preempt is never budgeted (a provisional
+#: answer there would evict pods on a guess).
+Verb = Literal["filter", "prioritize", "preempt"]
 
 
 @dataclass(frozen=True)
@@ -332,7 +333,8 @@ class Decider:
             ask: the pod's request and policy.
             candidates: the nodes, in the caller's order.
             verb: ``filter`` starts the pod's time budget, ``prioritize`` uses what is left
-                (no effect without a budget).
+                (no effect without a budget); ``preempt`` decides every node exactly, whatever
+                the budget.
             scored: fill ``NodeDecision.score`` (prioritize).
 
         Returns:
@@ -343,7 +345,7 @@ class Decider:
         """
         start = time.monotonic()
         deadline: float | None = None
-        if self.budget_s is not None:
+        if self.budget_s is not None and verb != "preempt":
             if verb == "filter":
                 deadline = start + self.budget_s
             else:

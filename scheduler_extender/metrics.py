@@ -21,6 +21,9 @@ class Metrics:
         decisions: ``gputopo_extender_decisions_total{policy}`` — successful binds.
         provisional: ``gputopo_extender_provisional_total`` — node groups answered
             provisionally because their decision missed the time budget.
+        preemption_nodes: ``gputopo_extender_preemption_nodes_total{outcome}`` — candidate
+            nodes of ``/preempt`` kept (``kept``: evicting the proposed victims frees GPUs
+            the pod can use) or ``dropped``.
     """
 
     def __init__(self) -> None:
@@ -46,6 +49,11 @@ class Metrics:
             "Node groups answered provisionally (decision not ready within the budget).",
             registry=self.registry,
         )
+        self.preemption_nodes = Counter(
+            "gputopo_extender_preemption_nodes_total",
+            "Preemption candidate nodes kept or dropped by the extender.",
+            ["outcome"], registry=self.registry,
+        )  # fmt: skip
 
     def render(self) -> tuple[bytes, str]:
         """The exposition text and its content type."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topology.policies.scoring import MAX_SCORE
 
@@ -85,6 +85,62 @@ class ExtenderBindingResult(_Wire):
     """Reply of ``POST /bind``: empty ``Error`` means bound."""
 
     Error: str = ""
+
+
+class MetaPod(_Wire):
+    """``MetaPod``: a victim named by its UID only (``nodeCacheCapable: true``)."""
+
+    UID: str = Field(min_length=1)
+
+
+class MetaVictims(_Wire):
+    """``MetaVictims``: the pods proposed for eviction on one node, by UID, and how many
+    PodDisruptionBudgets evicting them all would violate (``NumPDBViolations``).
+
+    ``Pods`` is in the scheduler's order: decreasing importance (priority, then earlier start
+    time), which its node choice reads (``Pods[0]`` is taken as the highest priority).
+    """
+
+    Pods: list[MetaPod] | None = None
+    NumPDBViolations: int = 0
+
+
+class Victims(_Wire):
+    """``Victims``: like :class:`MetaVictims` with full ``v1.Pod`` objects (kept as dicts;
+    ``nodeCacheCapable: false``)."""
+
+    Pods: list[dict[str, Any]] | None = None
+    NumPDBViolations: int = 0
+
+
+class ExtenderPreemptionArgs(_Wire):
+    """Body of ``POST /preempt`` (kube-scheduler's ``ProcessPreemption``).
+
+    ``Pod`` is the preemptor. Exactly one of ``NodeNameToMetaVictims`` (``nodeCacheCapable:
+    true``) and ``NodeNameToVictims`` (``nodeCacheCapable: false``) carries, per candidate
+    node, the victims the scheduler's own preemption chose; the other is ``null``.
+    """
+
+    Pod: dict[str, Any]
+    NodeNameToVictims: dict[str, Victims | None] | None = None
+    NodeNameToMetaVictims: dict[str, MetaVictims | None] | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ExtenderPreemptionArgs:
+        if self.NodeNameToVictims is not None and self.NodeNameToMetaVictims is not None:
+            raise ValueError(
+                "set NodeNameToMetaVictims (nodeCacheCapable) or NodeNameToVictims, not both"
+            )
+        return self
+
+
+class ExtenderPreemptionResult(_Wire):
+    """Reply of ``POST /preempt``: the candidate nodes the extender keeps, each with the
+    victims to evict there (by UID, whatever form the request took). A node left out is
+    not preempted on; every node kept must name at least one victim, and only pods the
+    scheduler proposed on that node (it rejects the whole reply otherwise)."""
+
+    NodeNameToMetaVictims: dict[str, MetaVictims] = Field(default_factory=dict)
 
 
 class ErrorBody(_Wire):

@@ -5,6 +5,8 @@ the pod through :mod:`scheduler_extender.podspec`), calls the layer that does th
 shapes the reply (plain dicts with the Go field names):
 
 * ``filter`` and ``prioritize`` → :meth:`scheduler_extender.decision.Decider.decide`;
+* ``preempt`` → :meth:`scheduler_extender.preemption.Preemption.judge` (which asks the same
+  decision layer, as if the proposed victims were gone);
 * ``bind`` → :meth:`scheduler_extender.binding.Binder.bind`.
 
 No HTTP here: the routes (:mod:`scheduler_extender.routes`) read the body, time the call and
@@ -21,7 +23,8 @@ from scheduler_extender.binding import Binder, RequestMemo
 from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
-from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+from scheduler_extender.preemption import Preemption, Victim, VictimSet
+from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs
 from scheduler_extender.state import ClusterState, PodRef
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.registry import get_policy
@@ -53,6 +56,7 @@ class Extender:
         metrics: the counters given (None = not counted).
         decider: the decision layer.
         binder: the binding layer.
+        preemption: the preemption layer.
 
     Raises:
         UnknownPolicy: ``policy`` is not registered.
@@ -71,6 +75,7 @@ class Extender:
         self.memo = RequestMemo()
         self.decider = Decider(state, metrics, budget_ms, workers, memory_unit_mib)
         self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib)
+        self.preemption = Preemption(self.decider)
 
     def close(self) -> None:
         """Stop the decision layer's worker processes (if any)."""
@@ -141,6 +146,51 @@ class Extender:
             return [{"Host": c.name, "Score": 0} for c in nodes]
         return [{"Host": r.name, "Score": r.score or 0} for r in rows]
 
+    def preempt(self, args: ExtenderPreemptionArgs) -> dict[str, Any]:
+        """``POST /preempt``: of the scheduler's (node, victims) proposals, those whose
+        eviction gives the pod a placement its policy accepts, victims unchanged.
+
+        Either request form is accepted: ``NodeNameToMetaVictims`` (victims by UID,
+        ``nodeCacheCapable: true``) or ``NodeNameToVictims`` (full pods); the reply always
+        names victims by UID, as kube-scheduler expects. A pod that asks for no gputopo
+        resource gets the proposals back unchanged (they are not the extender's to judge);
+        an invalid pod gets none (no eviction can place it; the reason is logged). See
+        :mod:`scheduler_extender.preemption` for why a proposal is kept whole or dropped.
+
+        Returns:
+            An ``ExtenderPreemptionResult`` dict: ``{"NodeNameToMetaVictims": {node:
+            {"Pods": [{"UID": uid}, ...], "NumPDBViolations": n}}}``.
+        """
+        proposals = _proposals(args)
+        try:
+            ref, preq = self._parse_pod(args.Pod)
+        except PodError as exc:
+            log.warning("preempt: %s; no node is kept", exc)
+            self._count_preemption(0, len(proposals))
+            return _preemption_result({})
+        if preq is None:
+            return _preemption_result({n: p for n, p in proposals.items() if p.victims})
+        try:
+            verdicts = self.preemption.judge(self._ask(ref, preq), proposals)
+        except BadRequest as exc:
+            log.warning("preempt: pod %s: %s; no node is kept", ref, exc)
+            self._count_preemption(0, len(proposals))
+            return _preemption_result({})
+        kept = {v.name: v.proposal for v in verdicts if v.keep}
+        self._count_preemption(len(kept), len(verdicts) - len(kept))
+        for v in verdicts:
+            if v.keep and v.decision is not None:
+                log.info("preempt: pod %s on %s: evicting %d pod(s) frees GPUs %s",
+                         ref, v.name, len(v.proposal.victims), list(v.decision.gpus))
+            elif not v.keep:
+                log.info("preempt: pod %s: node %s dropped: %s", ref, v.name, v.reason)
+        return _preemption_result(kept)
+
+    def _count_preemption(self, kept: int, dropped: int) -> None:
+        if self.metrics is not None:
+            self.metrics.preemption_nodes.labels(outcome="kept").inc(kept)
+            self.metrics.preemption_nodes.labels(outcome="dropped").inc(dropped)
+
     def bind(self, args: ExtenderBindingArgs) -> dict[str, str]:
         """``POST /bind``: decide again under the node's lock, reserve, then bind.
 
@@ -187,6 +237,55 @@ def _candidate_names_lenient(args: ExtenderArgs) -> list[str]:
                 names.append(name)
         return names
     return list(args.NodeNames or [])
+
+
+def _proposals(args: ExtenderPreemptionArgs) -> dict[str, VictimSet]:
+    """The (node → victims) proposals of an ``ExtenderPreemptionArgs``, in either form.
+
+    A victim's allocation keys are its UID and, from a full ``v1.Pod``, ``namespace/name``;
+    a null entry is a node with no victims.
+    """
+    out: dict[str, VictimSet] = {}
+    if args.NodeNameToMetaVictims is not None:
+        for node, meta in args.NodeNameToMetaVictims.items():
+            if meta is None:
+                out[node] = VictimSet(())
+                continue
+            victims = tuple(Victim(p.UID, frozenset((p.UID,))) for p in meta.Pods or ())
+            out[node] = VictimSet(victims, meta.NumPDBViolations)
+    elif args.NodeNameToVictims is not None:
+        for node, full in args.NodeNameToVictims.items():
+            if full is None:
+                out[node] = VictimSet(())
+                continue
+            out[node] = VictimSet(
+                tuple(_victim(p) for p in full.Pods or ()), full.NumPDBViolations
+            )
+    return out
+
+
+def _victim(pod: Mapping[str, Any]) -> Victim:
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    uid = meta.get("uid")
+    uid = uid if isinstance(uid, str) else ""
+    keys = {uid} if uid else set()
+    name = meta.get("name")
+    if isinstance(name, str) and name:
+        keys.add(f"{meta.get('namespace') or 'default'}/{name}")
+    return Victim(uid, frozenset(keys))
+
+
+def _preemption_result(kept: Mapping[str, VictimSet]) -> dict[str, Any]:
+    return {
+        "NodeNameToMetaVictims": {
+            node: {
+                "Pods": [{"UID": v.uid} for v in proposal.victims],
+                "NumPDBViolations": proposal.pdb_violations,
+            }
+            for node, proposal in kept.items()
+        }
+    }
 
 
 def _filter_reply(by_objects: bool, rows: list[NodeDecision]) -> dict[str, Any]:

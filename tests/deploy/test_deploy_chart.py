@@ -322,6 +322,7 @@ def test_scheduler_config_default(variants: dict[str, list[Obj]]) -> None:
         "urlPrefix": f"http://{EXTENDER_DNS}:8888",
         "filterVerb": "filter",
         "prioritizeVerb": "prioritize",
+        "preemptVerb": "preempt",
         "bindVerb": "bind",
         "weight": 5,
         "httpTimeout": "5s",
@@ -385,6 +386,16 @@ def test_render_scheduler_config_api(helm_available: None) -> None:
     # Other releases / namespaces move the lease.
     cfg2 = yaml.safe_load(render_scheduler_config("http://x:1", namespace="ops"))
     assert cfg2["leaderElection"]["resourceNamespace"] == "ops"
+
+
+def test_preempt_verb_can_be_switched_off(helm_available: None) -> None:
+    """``scheduler.extender.preemptVerb: ""`` leaves the verb out: kube-scheduler then
+    preempts by GPU count alone (``HTTPExtender.SupportsPreemption`` is false)."""
+    cfg = yaml.safe_load(render_scheduler_config(
+        "http://x:1", scheduler={"extender": {"preemptVerb": ""}}))
+    assert "preemptVerb" not in cfg["extenders"][0]
+    with pytest.raises(ChartError, match="preemptVerb"):
+        render_scheduler_config("http://x:1", scheduler={"extender": {"preemptVerb": "a/b"}})
 
 
 def test_url_override_with_commas_is_kept_verbatim(helm_available: None) -> None:

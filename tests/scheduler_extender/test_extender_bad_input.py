@@ -73,7 +73,8 @@ def test_missing_field_names_it(busy: tuple[TestClient, MemoryState]) -> None:
 
 
 @pytest.mark.parametrize(("method", "path", "status"), [
-    ("post", "/preempt", 404), ("get", "/", 404), ("post", "/filter/extra", 404),
+    ("post", "/evict", 404), ("get", "/", 404), ("post", "/filter/extra", 404),
+    ("get", "/preempt", 405),
     ("get", "/filter", 405), ("put", "/bind", 405),
 ])
 def test_unknown_verb_and_wrong_method(

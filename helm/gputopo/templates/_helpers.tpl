@@ -116,6 +116,7 @@ app.kubernetes.io/component: {{ .component }}
   "nodeCacheCapable" $e.nodeCacheCapable
   "ignorable" $e.ignorable
   "managedResources" $resources -}}
+{{- if $e.preemptVerb }}{{ $_ := set $ext "preemptVerb" $e.preemptVerb }}{{ end -}}
 {{- if $tls.enabled -}}
 {{- $_ := set $ext "enableHTTPS" true -}}
 {{- $tlsConfig := dict -}}
