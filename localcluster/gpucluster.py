@@ -301,6 +301,7 @@ class GpuPod:
         node_selector: ``spec.nodeSelector``.
         tolerations: ``spec.tolerations`` (dicts as in the API).
         labels: extra labels.
+        priority_class: ``spec.priorityClassName`` (None: the cluster default, priority 0).
     """
 
     name: str
@@ -313,6 +314,7 @@ class GpuPod:
     node_selector: Mapping[str, str] | None = None
     tolerations: Sequence[Mapping[str, str]] = ()
     labels: Mapping[str, str] | None = None
+    priority_class: str | None = None
 
     @property
     def fractional(self) -> bool:
@@ -356,6 +358,8 @@ class GpuPod:
             spec["nodeSelector"] = dict(self.node_selector)
         if self.tolerations:
             spec["tolerations"] = [dict(t) for t in self.tolerations]
+        if self.priority_class:
+            spec["priorityClassName"] = self.priority_class
         return {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -576,6 +580,23 @@ class GpuCluster:
         """
         body = pod.manifest(self.namespace, self.scheduler_name)
         self.core.create_namespaced_pod(self.namespace, cast(Any, body))
+
+    def create_priority_class(self, name: str, value: int) -> None:
+        """Create (or keep) the PriorityClass ``name`` with ``value``, preempting lower
+        priorities (``preemptionPolicy: PreemptLowerPriority``, the default).
+
+        Raises:
+            kubernetes.client.exceptions.ApiException: the API server refused it.
+        """
+        api = k8s_client.SchedulingV1Api(self.cp.api_client())
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": name}, "value": value,
+                "preemptionPolicy": "PreemptLowerPriority"}
+        try:
+            api.create_priority_class(cast(Any, body))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
 
     def list_pods(self, label_selector: str = "") -> list[dict[str, Any]]:
         """Pods in :attr:`namespace` as JSON dicts (one LIST)."""
