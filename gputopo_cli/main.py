@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "gputopo_cli.cmd_topology",
     "gputopo_cli.cmd_simulate",
     "gputopo_cli.cmd_cluster",
+    "gputopo_cli.cmd_pin",
 )
 
 for _mod in COMMAND_MODULES:
