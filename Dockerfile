@@ -3,6 +3,10 @@
 #   docker build -t gputopo:dev .
 #   docker run --rm -p 8888:8888 gputopo:dev extender --host 0.0.0.0 --state memory --nodes dgx1-v100:2
 #   (in a cluster: helm/gputopo runs `gputopo extender ...` and `gputopo device-plugin ...`)
+# A GPU workload built FROM this image (or with gputopo pip-installed) can start through
+#   gputopo pin -- python train.py     (args: ["pin", "--", "python", "train.py"] here)
+# which pins the command to the GPUs' NUMA-local CPUs from GPUTOPO_CPU_AFFINITY, then execs
+# it (docs/cpu-pinning.md).
 # The build context is filtered by .dockerignore down to what `pip install .` needs.
 
 FROM python:3.11-slim AS build
