@@ -5,7 +5,9 @@ Runs, in order:
 1. the benchmarks that exist — ``bench_extender`` (filter + prioritize, bind),
    ``bench_matching`` (pruned vs exhaustive search), ``bench_allocate`` (device plugin),
    ``bench_planner`` (ANDREAS: §V-B's cost tables at N = 10, 50, 100, the ARMIDA run and the
-   plan time per rescheduling point; about an hour at full size) — each as its own process,
+   plan time per rescheduling point; about an hour at full size), ``bench_numa_agreement``
+   (how often the kubelet's Topology Manager would pick the NUMA node a policy chose) — each
+   as its own process,
    keeping its JSON under ``benchmarks/results/``;
 2. the simulations (``simulator``; the same policy code the extender runs):
    MAPA's 300-job trace on a DGX-1 V100 and on the 16-GPU cube-mesh and torus; Amaral's
@@ -114,7 +116,8 @@ SCALE = [
 BENCHMARK_TIMEOUT_S = 1800
 
 BENCHMARKS = [("bench_extender", "extender.json"), ("bench_matching", "matching.json"),
-              ("bench_allocate", "allocate.json"), ("bench_planner", "planner.json")]
+              ("bench_allocate", "allocate.json"), ("bench_planner", "planner.json"),
+              ("bench_numa_agreement", "numa_agreement.json")]
 #: Benchmarks that take longer than :data:`BENCHMARK_TIMEOUT_S` at full size.
 LONG_TIMEOUT_S = {"bench_planner": 3 * 3600}
 
