@@ -1,14 +1,21 @@
 """Scheduling throughput of the real kube-scheduler: with gputopo, without an extender, and
-with a trivial extender — measured in one run on one local control plane.
+with a trivial extender — side by side in one run on one local control plane per size.
 
-Set-up (``localcluster``): etcd + kube-apiserver on loopback, kwok, ``--nodes`` kwok DGX-1 V100
-nodes (8 GPUs each, the device-plugin-like capacity and topology annotation of
+Set-up (``localcluster``): etcd + kube-apiserver on loopback, kwok, kwok DGX-1 V100 nodes
+(8 GPUs each, the device-plugin-like capacity and topology annotation of
 ``localcluster.gpucluster.add_gpu_node``), kube-scheduler with the Helm chart's
 KubeSchedulerConfiguration (``nodeCacheCapable`` as rendered), the real
 ``gputopo extender --state kubernetes`` as a child process.
 
-Scenarios, each ``--pods`` pods created at once (8 client threads; a watch records when each
-pod gets its node), each measured in two modes:
+Sizes (``--sizes``; both by default, each on a fresh control plane):
+
+* ``50x200`` — 50 nodes, 200 pods asking for 2 whole GPUs each (fills the cluster exactly);
+* ``100x1000`` — 100 nodes, 1,000 pods of a seeded mix: per 20 pods 3 ask for 2 GPUs, 4 for
+  one GPU and 13 for a share (25 % vGPU-core, 4 GiB); two GPU pods per node would hold only
+  400 pods, so the larger size mixes in the shares that make up most real pod counts.
+
+Scenarios, each with the size's pods created at once (8 client threads; a watch records when
+each pod gets its node), each measured in two modes:
 
 * **stream** — the scheduler is running while the pods are created; pods/s counts from the
   first create call to the last bind ("created → all bound"), so the client's create rate and
@@ -16,40 +23,49 @@ pod gets its node), each measured in two modes:
 * **backlog** — kube-scheduler is stopped, the pods are created, then it is started; pods/s
   counts from the first bind to the last: what the scheduler (and the extender) sustain.
 
-
 * ``no-extender`` — pods asking for CPU only, under the same scheduler: the extender manages
   only GPU resources, so kube-scheduler never calls it (its own bind, its own client QPS);
-* ``gputopo`` — two-GPU pods (all-to-all, bandwidth-sensitive by default): filter, prioritize
-  and bind go to the gputopo extender, which decides the GPUs, annotates the pod and binds it;
-* ``trivial-extender`` — the same two-GPU pods and the same configuration pointed at a trivial
+* ``gputopo`` — the GPU pods: filter, prioritize and bind go to the gputopo extender, which
+  decides the GPUs and binds the pod with its decision;
+* ``trivial-extender`` — the same GPU pods and the same configuration pointed at a trivial
   extender (``http.server`` with TCP_NODELAY: every node passes, every score 0, bind = one
-  Binding), the reference of ``shared/docs/CONTROL-PLANE-NOTES.md``.
+  Binding through the official client, its reply read so the connection is reused), the
+  reference of ``shared/docs/CONTROL-PLANE-NOTES.md``.
 
 Between runs every pod is deleted and the cluster is idle again. Each scenario runs
 ``--repeats`` times (after one unmeasured warm-up run of ``no-extender``); the JSON keeps every
-run and the median, plus the extender's mean server-side latency per verb (from its
-``/metrics``) in the gputopo runs. 50 nodes x 8 GPUs and 200 two-GPU pods fill the cluster
-exactly. The host is shared: the JSON records the load average before and after.
+run and the median, and for gputopo the server-side latency per verb (count, mean, p50, p99)
+from the extender's ``gputopo_extender_request_seconds`` histogram (scraped before and after
+each run; quantiles interpolated inside buckets as Prometheus' ``histogram_quantile`` does).
 
-Run: ``.venv/bin/python -m benchmarks.bench_scheduler [--nodes 50] [--pods 200] [--repeats 3]``;
-prints a table and writes ``benchmarks/results/scheduler.json``.
+kube-scheduler's extender client publishes no latency metric, so the *client-observed*
+latency comes from a probe: after the measured runs, one more stream run of gputopo and of
+the trivial extender with kube-scheduler pointed at :mod:`benchmarks.timing_proxy`, which
+times each verb call as its client sees it. The probe's pods/s are recorded but not compared
+(the proxy costs CPU). The host is shared: the JSON records the load average before and after.
+
+Run: ``.venv/bin/python -m benchmarks.bench_scheduler [--sizes 50x200,100x1000]
+[--repeats 3] [--no-probe]``; prints a Markdown table and writes
+``benchmarks/results/scheduler.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
+import random
 import statistics
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -101,8 +117,10 @@ def serve_trivial_extender(port: int, kubeconfig: str) -> None:
                     target=client.V1ObjectReference(kind="Node", name=body["Node"]),
                 )
                 try:
-                    core.create_namespaced_pod_binding(
+                    resp: Any = core.create_namespaced_pod_binding(
                         body["PodName"], body["PodNamespace"], binding, _preload_content=False)
+                    resp.read()  # the raw reply (a Status, which the client cannot read as a
+                    resp.release_conn()  # Binding); read it so the connection is reused
                     reply = {"Error": ""}
                 except Exception as exc:  # noqa: BLE001 - reported to the scheduler
                     reply = {"Error": f"{type(exc).__name__}: {exc}"}
@@ -148,6 +166,51 @@ def trivial_extender(cp: ControlPlane) -> Iterator[str]:
         yield url
     finally:
         proc.stop()
+
+
+# ---------------------------------------------------------------------------- timing proxy
+@contextmanager
+def timing_proxy(cp: ControlPlane, target: str) -> Iterator[str]:
+    """:mod:`benchmarks.timing_proxy` in front of ``target`` as a child process; yields its
+    URL, stops it by PID on exit."""
+    port = free_port()
+    proc = ManagedProcess(
+        "timing-proxy",
+        [sys.executable, "-m", "benchmarks.timing_proxy", "--port", str(port),
+         "--target", target],
+        cp.workdir / "logs" / f"timing-proxy-{port}.log",
+        cwd=Path(__file__).resolve().parents[1],
+    ).start()
+
+    def up() -> bool:
+        if proc.exited():
+            raise RuntimeError(f"timing proxy exited:\n{proc.log_tail()}")
+        import socket
+
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+
+    try:
+        wait_until(up, 30, "the timing proxy")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.stop()
+
+
+def proxy_samples(url: str) -> dict[str, list[float]]:
+    """The proxy's ``verb -> [seconds]`` since the last call (and start a new collection)."""
+    with urllib.request.urlopen(f"{url}/_proxy/stats", timeout=10) as resp:
+        data: dict[str, list[float]] = json.loads(resp.read())
+    return data
+
+
+def percentile_ms(samples: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0–1, nearest rank) of ``samples`` (seconds), in milliseconds."""
+    ordered = sorted(samples)
+    if not ordered:
+        return float("nan")
+    rank = max(1, math.ceil(q * len(ordered)))
+    return round(1000 * ordered[rank - 1], 2)
 
 
 # ---------------------------------------------------------------------------- one run
@@ -238,12 +301,12 @@ def measure(
     first, last = min(watcher.bound.values()), max(watcher.bound.values())
     out: dict[str, Any] = {"create_seconds": round(t_created - t0, 3)}
     if backlog_config is None:
-        latencies = sorted(watcher.bound[n] - created[n] for n in created)
+        latencies = [watcher.bound[n] - created[n] for n in created]
         out.update(
             seconds=round(last - t0, 3),
             pods_per_s=round(len(pods) / (last - t0), 1),
-            latency_p50_ms=round(1000 * latencies[len(latencies) // 2], 1),
-            latency_p99_ms=round(1000 * latencies[int(len(latencies) * 0.99) - 1], 1),
+            latency_p50_ms=percentile_ms(latencies, 0.5),
+            latency_p99_ms=percentile_ms(latencies, 0.99),
         )
     else:
         out.update(
@@ -253,29 +316,93 @@ def measure(
     return out
 
 
-def extender_verb_seconds(gc: GpuCluster) -> dict[str, tuple[float, float]]:
-    """``verb -> (count, total seconds)`` from the extender's ``/metrics``."""
-    with urllib.request.urlopen(f"{gc.extender.url}/metrics", timeout=10) as resp:
+# ---------------------------------------------------------------------------- extender metrics
+Histograms = dict[str, dict[str, Any]]
+
+
+def extender_histograms(url: str) -> Histograms:
+    """``verb -> {"buckets": {le: cumulative count}, "count", "sum"}`` of
+    ``gputopo_extender_request_seconds`` from the extender's ``/metrics`` (parsed with
+    prometheus-client's exposition parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    out: dict[str, list[float]] = {}
-    for line in text.splitlines():
-        for suffix, slot in (("_count", 0), ("_sum", 1)):
-            head = f"gputopo_extender_request_seconds{suffix}{{verb=\""
-            if line.startswith(head):
-                verb = line[len(head):].split('"', 1)[0]
-                out.setdefault(verb, [0.0, 0.0])[slot] = float(line.rsplit(" ", 1)[1])
-    return {verb: (c, s) for verb, (c, s) in out.items()}
+    out: Histograms = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != "gputopo_extender_request_seconds":
+            continue
+        for s in family.samples:
+            verb = s.labels.get("verb", "")
+            h = out.setdefault(verb, {"buckets": {}, "count": 0.0, "sum": 0.0})
+            if s.name.endswith("_bucket"):
+                h["buckets"][s.labels["le"]] = s.value
+            elif s.name.endswith("_count"):
+                h["count"] = s.value
+            elif s.name.endswith("_sum"):
+                h["sum"] = s.value
+    return out
 
 
-def verb_means_ms(
-    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
-) -> dict[str, float]:
-    """Mean server-side latency per verb between two scrapes, milliseconds."""
+def histogram_delta(before: Histograms, after: Histograms) -> Histograms:
+    """What was observed between two scrapes (per verb)."""
+    out: Histograms = {}
+    for verb, h in after.items():
+        b = before.get(verb, {"buckets": {}, "count": 0.0, "sum": 0.0})
+        out[verb] = {
+            "buckets": {le: c - b["buckets"].get(le, 0.0) for le, c in h["buckets"].items()},
+            "count": h["count"] - b["count"],
+            "sum": h["sum"] - b["sum"],
+        }
+    return out
+
+
+def histogram_merge(parts: Sequence[Histograms]) -> Histograms:
+    """The sum of several deltas."""
+    out: Histograms = {}
+    for part in parts:
+        for verb, h in part.items():
+            m = out.setdefault(verb, {"buckets": {}, "count": 0.0, "sum": 0.0})
+            for le, c in h["buckets"].items():
+                m["buckets"][le] = m["buckets"].get(le, 0.0) + c
+            m["count"] += h["count"]
+            m["sum"] += h["sum"]
+    return out
+
+
+def histogram_quantile_ms(h: Mapping[str, Any], q: float) -> float:
+    """The ``q`` quantile of a histogram delta in milliseconds, interpolated linearly inside
+    its bucket as Prometheus' ``histogram_quantile`` does (so it is only as fine as the
+    buckets of :mod:`scheduler_extender.metrics`)."""
+    buckets = sorted((float(le), c) for le, c in h["buckets"].items())
+    total = h["count"]
+    if total <= 0 or not buckets:
+        return float("nan")
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for le, cum in buckets:
+        if cum >= rank:
+            if math.isinf(le):
+                return round(1000 * lower, 2)
+            inside = cum - below
+            frac = (rank - below) / inside if inside > 0 else 1.0
+            return round(1000 * (lower + (le - lower) * frac), 2)
+        lower, below = le, cum
+    return round(1000 * lower, 2)
+
+
+def verb_summary(h: Histograms) -> dict[str, dict[str, float]]:
+    """Per verb: count, mean, p50 and p99 (ms) of a histogram delta."""
     out = {}
-    for verb, (count, total) in after.items():
-        c0, s0 = before.get(verb, (0.0, 0.0))
-        if count > c0:
-            out[verb] = round(1000 * (total - s0) / (count - c0), 2)
+    for verb, v in sorted(h.items()):
+        if v["count"] <= 0:
+            continue
+        out[verb] = {
+            "count": int(v["count"]),
+            "mean_ms": round(1000 * v["sum"] / v["count"], 2),
+            "p50_ms": histogram_quantile_ms(v, 0.5),
+            "p99_ms": histogram_quantile_ms(v, 0.99),
+        }
     return out
 
 
@@ -289,49 +416,118 @@ def reset(gc: GpuCluster, check_extender: bool) -> None:
                    "the extender to see every node idle")  # fmt: skip
 
 
+# ---------------------------------------------------------------------------- workloads
+@dataclass(frozen=True)
+class Size:
+    """One cluster size and its GPU pods.
+
+    Attributes:
+        nodes: kwok DGX-1 V100 nodes (8 GPUs each).
+        pods: pods per run.
+        mix: ``gpu2`` (every pod asks for 2 whole GPUs) or ``mixed`` (whole GPUs and shares,
+            see :func:`gpu_pods`).
+    """
+
+    nodes: int
+    pods: int
+    mix: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.nodes}x{self.pods}"
+
+
+SIZES = {
+    "50x200": Size(50, 200, "gpu2"),
+    "100x1000": Size(100, 1000, "mixed"),
+}
+#: The ``mixed`` workload, per 20 pods: 3 asking for 2 GPUs, 4 for 1 GPU, 13 for a share
+#: (25 % of a GPU's compute, 4 GiB). 1,000 pods need 500 whole GPUs of 800, plus at least
+#: 163 GPUs of shares when they are packed four to a GPU (Gaia Fragment).
+MIX = (("gpu2", 3), ("gpu1", 4), ("share", 13))
+SHARE_CORE_PERCENT = 25
+SHARE_MEMORY_MIB = 4096
+
+
+def gpu_pods(size: Size) -> list[GpuPod]:
+    """The GPU pods of one run of ``size`` (the same pods, in the same seeded order, for
+    gputopo and the trivial extender)."""
+    if size.mix == "gpu2":
+        return [GpuPod(f"gpu2-{i:04d}", gpus=2) for i in range(size.pods)]
+    kinds = [k for k, n in MIX for _ in range(n)]
+    kinds = (kinds * (size.pods // len(kinds) + 1))[: size.pods]
+    random.Random(12).shuffle(kinds)
+    out = []
+    for i, kind in enumerate(kinds):
+        if kind == "share":
+            out.append(GpuPod(f"share-{i:04d}", core_percent=SHARE_CORE_PERCENT,
+                              memory_mib=SHARE_MEMORY_MIB))
+        else:
+            out.append(GpuPod(f"{kind}-{i:04d}", gpus=int(kind[-1])))
+    return out
+
+
+def cpu_pods(size: Size) -> list[GpuPod]:
+    """As many pods asking for CPU only (the extender is never called for them)."""
+    return [GpuPod(f"cpu-{i:04d}") for i in range(size.pods)]
+
+
 # ---------------------------------------------------------------------------- main
-def run(nodes: int, pods: int, repeats: int, timeout_s: float) -> dict[str, Any]:
-    load_before = os.getloadavg()
+def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[str, Any]:
+    """Every scenario on one fresh control plane of ``size``; see the module docstring."""
     t_start = time.monotonic()
     with ControlPlane() as cp, GpuCluster(cp) as gc, trivial_extender(cp) as trivial_url:
-        gc.start([(f"gpu-{i:03d}", MACHINE) for i in range(nodes)], scheduler=False)
+        gc.start([(f"gpu-{i:03d}", MACHINE) for i in range(size.nodes)], scheduler=False)
         configs = {"gputopo": scheduler_config(gc.extender.url),
                    "trivial-extender": scheduler_config(trivial_url)}
         ext = yaml.safe_load(configs["gputopo"])["extenders"][0]
         gc.start_scheduler(configs["gputopo"])
         stack_seconds = time.monotonic() - t_start
-
-        def cpu_pods() -> list[GpuPod]:
-            return [GpuPod(f"cpu-{i:04d}") for i in range(pods)]
-
-        def gpu_pods() -> list[GpuPod]:
-            return [GpuPod(f"gpu2-{i:04d}", gpus=2) for i in range(pods)]
-
-        plan: list[tuple[str, str, Callable[[], list[GpuPod]]]] = [
+        plan: list[tuple[str, str, Callable[[Size], list[GpuPod]]]] = [
             ("no-extender", "gputopo", cpu_pods),
             ("gputopo", "gputopo", gpu_pods),
             ("trivial-extender", "trivial-extender", gpu_pods),
         ]
-        measure(gc, cpu_pods(), "warmup", timeout_s)  # API server and scheduler warm-up
+        measure(gc, cpu_pods(size), "warmup", timeout_s)  # API server and scheduler warm-up
         reset(gc, check_extender=True)
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {
             name: {"stream": [], "backlog": []} for name, _, _ in plan
         }
+        deltas: dict[str, list[Histograms]] = {"stream": [], "backlog": []}
         for rep in range(repeats):
             for name, config, make in plan:
                 for mode in ("stream", "backlog"):
                     if mode == "stream" and gc.scheduler_config != configs[config]:
                         gc.start_scheduler(configs[config])
-                    before = extender_verb_seconds(gc)
-                    result = measure(gc, make(), f"{name}-{mode}-{rep}", timeout_s,
+                    before = extender_histograms(gc.extender.url)
+                    result = measure(gc, make(size), f"{name}-{mode}-{rep}", timeout_s,
                                      configs[config] if mode == "backlog" else None)
                     if name == "gputopo":
-                        result["extender_mean_ms"] = verb_means_ms(
-                            before, extender_verb_seconds(gc))
+                        delta = histogram_delta(before, extender_histograms(gc.extender.url))
+                        deltas[mode].append(delta)
+                        result["extender"] = verb_summary(delta)
                     runs[name][mode].append(result)
-                    print(f"  {name:17s} {mode:8s} run {rep + 1}: {result['pods_per_s']:6.1f} "
-                          f"pods/s ({result['seconds']:.2f} s; creates "
-                          f"{result['create_seconds']:.2f} s)", flush=True)
+                    print(f"  {size.label} {name:17s} {mode:8s} run {rep + 1}: "
+                          f"{result['pods_per_s']:6.1f} pods/s ({result['seconds']:.2f} s; "
+                          f"creates {result['create_seconds']:.2f} s)", flush=True)
+                    reset(gc, check_extender=True)
+        client: dict[str, Any] = {}
+        if probe:
+            for name, target in (("gputopo", gc.extender.url), ("trivial-extender", trivial_url)):
+                with timing_proxy(cp, target) as proxy_url:
+                    gc.start_scheduler(scheduler_config(proxy_url))
+                    proxy_samples(proxy_url)
+                    result = measure(gc, gpu_pods(size), f"{name}-probe", timeout_s)
+                    samples = proxy_samples(proxy_url)
+                    result["client"] = {
+                        verb: {"count": len(v), "p50_ms": percentile_ms(v, 0.5),
+                               "p99_ms": percentile_ms(v, 0.99)}
+                        for verb, v in sorted(samples.items())
+                    }
+                    client[name] = result
+                    print(f"  {size.label} {name:17s} probe    (via timing proxy): "
+                          f"{result['pods_per_s']:6.1f} pods/s; bind client-observed "
+                          f"{result['client'].get('bind', {})}", flush=True)
                     reset(gc, check_extender=True)
         start_seconds = cp.start_seconds
     scenarios = {
@@ -344,11 +540,21 @@ def run(nodes: int, pods: int, repeats: int, timeout_s: float) -> dict[str, Any]
         }
         for name, by_mode in runs.items()
     }
+    ratio = {
+        mode: round(scenarios["gputopo"][mode]["pods_per_s_median"]
+                    / scenarios["trivial-extender"][mode]["pods_per_s_median"], 2)
+        for mode in ("stream", "backlog")
+    }
     return {
-        "benchmark": "bench_scheduler",
         "setup": {
-            "nodes": nodes, "machine": MACHINE, "gpus_per_node": 8, "pods": pods,
-            "gpu_pods": "2 x nvidia.com/gpu each (all-to-all, bandwidth-sensitive default)",
+            "nodes": size.nodes, "machine": MACHINE, "gpus_per_node": 8, "pods": size.pods,
+            "gpu_pods": (
+                "2 x nvidia.com/gpu each (all-to-all, bandwidth-sensitive default)"
+                if size.mix == "gpu2" else
+                f"mixed, per 20 pods: {MIX[0][1]} x 2 GPUs, {MIX[1][1]} x 1 GPU, {MIX[2][1]} "
+                f"x a share ({SHARE_CORE_PERCENT}% vgpu-core, {SHARE_MEMORY_MIB} MiB); "
+                "seeded order"
+            ),
             "cpu_pods": "10m CPU each, no gputopo resource (the extender is not called)",
             "extender": {k: ext.get(k) for k in ("nodeCacheCapable", "weight", "httpTimeout")},
             "repeats": repeats, "client_threads": 8,
@@ -356,6 +562,20 @@ def run(nodes: int, pods: int, repeats: int, timeout_s: float) -> dict[str, Any]
         "control_plane_start_seconds": round(start_seconds or 0.0, 2),
         "stack_start_seconds": round(stack_seconds, 2),
         "scenarios": scenarios,
+        "gputopo_over_trivial": ratio,
+        "extender_server_side": {
+            mode: verb_summary(histogram_merge(ds)) for mode, ds in deltas.items()
+        },
+        "client_observed_probe": client,
+    }
+
+
+def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool) -> dict[str, Any]:
+    load_before = os.getloadavg()
+    results = {size.label: run_size(size, repeats, timeout_s, probe) for size in sizes}
+    return {
+        "benchmark": "bench_scheduler",
+        "sizes": results,
         "env": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
@@ -365,12 +585,43 @@ def run(nodes: int, pods: int, repeats: int, timeout_s: float) -> dict[str, Any]
     }
 
 
+def table(doc: Mapping[str, Any]) -> str:
+    """The side-by-side summary printed at the end (Markdown)."""
+    lines = [
+        "| cluster | mode | no extender | trivial extender | gputopo | gputopo / trivial "
+        "| gputopo bind p50 / p99 (server) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, res in doc["sizes"].items():
+        sc = res["scenarios"]
+        for mode in ("stream", "backlog"):
+            bind = res["extender_server_side"].get(mode, {}).get("bind", {})
+            lines.append(
+                f"| {label} | {mode} | {sc['no-extender'][mode]['pods_per_s_median']:.1f} "
+                f"| {sc['trivial-extender'][mode]['pods_per_s_median']:.1f} "
+                f"| {sc['gputopo'][mode]['pods_per_s_median']:.1f} "
+                f"| {res['gputopo_over_trivial'][mode]:.2f} "
+                f"| {bind.get('p50_ms', float('nan')):.1f} / "
+                f"{bind.get('p99_ms', float('nan')):.1f} ms |"
+            )
+        for name, probe in res.get("client_observed_probe", {}).items():
+            bind = probe["client"].get("bind", {})
+            lines.append(
+                f"| {label} | probe | | | | | {name} bind client-observed "
+                f"{bind.get('p50_ms', float('nan')):.1f} / {bind.get('p99_ms', float('nan')):.1f}"
+                f" ms |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_scheduler",
                                  description=__doc__.split("\n\n")[0] if __doc__ else None)
-    ap.add_argument("--nodes", type=int, default=50, help="kwok DGX-1 V100 nodes (8 GPUs each)")
-    ap.add_argument("--pods", type=int, default=200, help="pods per run")
+    ap.add_argument("--sizes", default=",".join(SIZES),
+                    help=f"comma-separated cluster sizes (NODESxPODS) of {', '.join(SIZES)}")
     ap.add_argument("--repeats", type=int, default=3, help="runs per scenario")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="skip the client-observed latency probe (timing proxy)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a run may take")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--serve-trivial", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -379,19 +630,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve_trivial is not None:
         serve_trivial_extender(args.serve_trivial, args.kubeconfig)
         return 0
-    if args.nodes < 1 or args.pods < 1 or args.repeats < 1:
-        ap.error("--nodes, --pods and --repeats must be positive")
-    if 2 * args.pods > 8 * args.nodes:
-        ap.error(f"{args.pods} two-GPU pods do not fit on {args.nodes} 8-GPU nodes")
-    doc = run(args.nodes, args.pods, args.repeats, args.timeout)
+    labels = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    unknown = [s for s in labels if s not in SIZES]
+    if unknown or not labels:
+        ap.error(f"unknown size(s) {', '.join(unknown) or '(none)'}; known: {', '.join(SIZES)}")
+    if args.repeats < 1:
+        ap.error("--repeats must be positive")
+    doc = run([SIZES[s] for s in labels], args.repeats, args.timeout, not args.no_probe)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"control plane start {doc['control_plane_start_seconds']:.2f} s "
-          f"(whole stack {doc['stack_start_seconds']:.2f} s)")
-    print(f"{'pods/s (median)':17s} {'stream':>8s} {'backlog':>8s}")
-    for name, sc in doc["scenarios"].items():
-        print(f"{name:17s} {sc['stream']['pods_per_s_median']:8.1f} "
-              f"{sc['backlog']['pods_per_s_median']:8.1f}")
+    print("pods/s, median of the repeats")
+    print(table(doc))
     print(f"wrote {args.out}")
     return 0
 
