@@ -26,6 +26,7 @@ def register(app: typer.Typer) -> None:
         nodes: Annotated[str | None, typer.Option("--nodes", help="memory state nodes: CATALOG:COUNT[,CATALOG:COUNT...] (default dgx1-v100:4)")] = None,
         kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")] = None,
         vgpu_memory_unit_mib: Annotated[int | None, typer.Option("--vgpu-memory-unit-mib", help="MiB per gputopo.io/vgpu-memory device, as the device plugins publish it (default 256)")] = None,
+        bind_concurrency: Annotated[int | None, typer.Option("--bind-concurrency", help="binds served at once: threads and API connections kept for Bindings (default 16)")] = None,
         config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_EXTENDER_* env > file > defaults)")] = None,
     ) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
@@ -42,6 +43,7 @@ def register(app: typer.Typer) -> None:
                     "host": host, "port": port, "tls_cert": tls_cert, "tls_key": tls_key,
                     "log_level": log_level, "policy": policy, "state": state, "nodes": nodes,
                     "kubeconfig": kubeconfig, "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
+                    "bind_concurrency": bind_concurrency,
                 },
                 config,
             )  # fmt: skip
@@ -56,7 +58,8 @@ def register(app: typer.Typer) -> None:
             backend = MemoryState.from_spec(settings.nodes)
         else:
             try:
-                kube = KubernetesState(kubeconfig=settings.kubeconfig)
+                kube = KubernetesState(kubeconfig=settings.kubeconfig,
+                                       bind_connections=settings.bind_concurrency)
             except ApiError as exc:
                 fail(str(exc))
             kube.start_background()

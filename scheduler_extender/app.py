@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 
+from anyio import CapacityLimiter
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -59,8 +60,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     """Build the extender app over ``state`` with ``settings.policy`` as default policy.
 
     Args:
-        settings: resolved settings (``policy``, ``eval_budget_ms`` and ``eval_workers`` are
-            read here; host, port and TLS belong to the server).
+        settings: resolved settings (``policy``, ``eval_budget_ms``, ``eval_workers`` and
+            ``bind_concurrency`` are read here; host, port and TLS belong to the server).
         state: the cluster state backend (:class:`MemoryState`, :class:`KubernetesState`).
 
     Returns:
@@ -80,7 +81,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
         state, settings.policy, counters, budget_ms=settings.eval_budget_ms or None,
         workers=settings.eval_workers, memory_unit_mib=settings.vgpu_memory_unit_mib,
     )
-    rt = Runtime(extender=extender, metrics=counters)
+    rt = Runtime(extender=extender, metrics=counters,
+                 bind_limiter=CapacityLimiter(settings.bind_concurrency))
     app.state.runtime = rt
     app.state.settings = settings
     for r in (scheduling.router, preemption.router, binding.router, health.router,

@@ -6,16 +6,21 @@
    the one filter parsed (:class:`RequestMemo`), else the pod fetched from the state backend;
 2. takes the per-node lock (:meth:`Binder.node_lock`) — two binds to one node never decide on
    the same state;
-3. forgets a stale reservation of the same pod (a re-bind after a failed attempt);
+3. refuses a pod the state already shows bound (a confirmed allocation: the API has it on a
+   node with its annotations) and forgets a stale reservation of the same pod (a re-bind
+   after a failed attempt);
 4. decides again on the node's current state (:meth:`Decider.decide_exact`, exact, no budget)
    and *reserves* the decision (:meth:`ClusterState.reserve`, which refuses a GPU or share
    already taken, even if two binds raced past the lock);
-5. outside the lock, asks the backend to write the assignment annotations and the Binding
-   (:meth:`ClusterState.bind`); on any failure it releases the reservation, so nothing is held.
+5. outside the lock, asks the backend to bind the pod with its assignment annotations, both
+   or neither (:meth:`ClusterState.bind`; on Kubernetes one Binding carrying the annotations,
+   :mod:`scheduler_extender.kubernetes_state`); on any failure it releases the reservation
+   unless the state has meanwhile seen the pod bound, so nothing is held that the API does not
+   hold.
 
-How the annotations and the Binding reach the API is the backend's business
-(:mod:`scheduler_extender.kubernetes_state`): making them one round trip changes that module
-only.
+The reservation stays until the state backend confirms the binding (the memory backend at
+once; the Kubernetes backend when its pod watch delivers the bound, annotated pod), so the
+GPUs are taken from the moment of the decision on.
 """
 
 from __future__ import annotations
@@ -70,8 +75,8 @@ class BindResult:
     Attributes:
         error: "" when bound, else the reason (the wire reply's ``Error``); nothing is held.
         kind: the failure class counted in ``gputopo_extender_bind_errors_total{reason}``
-            (``uid-mismatch``, ``unknown-pod``, ``bad-pod``, ``no-fit``, ``conflict``,
-            ``api``, ``internal``); "" when bound.
+            (``uid-mismatch``, ``unknown-pod``, ``already-bound``, ``bad-pod``, ``no-fit``,
+            ``conflict``, ``api``, ``internal``); "" when bound.
         decision: what was bound (None for a pass-through pod or a failure).
     """
 
@@ -165,8 +170,15 @@ class Binder:
         ask = Ask(preq.request, preq.policy or self.policy, pod.uid)
         with self.node_lock(node):
             view = self.decider.bind_view(node)
-            if self.state.allocation(pod.key) is not None:
-                # a re-bind (after a failed attempt): forget the stale record first
+            held = self.state.allocation(pod.key)
+            if held is not None and held.confirmed:
+                gpus = ",".join(str(g) for g in held.gpus)
+                return self._fail(
+                    pod, node, f"pod {pod} is already bound to {held.node} (GPUs {gpus})",
+                    "already-bound",
+                )
+            if held is not None:
+                # a re-bind (after a failed attempt): forget the stale reservation first
                 self.state.release(pod.key)
                 view = self.decider.bind_view(node)
             try:
@@ -183,10 +195,10 @@ class Binder:
         try:
             self.state.bind(pod, node, decision)
         except BindError as exc:
-            self.state.release(pod.key)
+            self.state.release(pod.key, reservation_only=True)
             return self._fail(pod, node, str(exc), "api")
         except Exception as exc:  # noqa: BLE001 - roll back whatever went wrong
-            self.state.release(pod.key)
+            self.state.release(pod.key, reservation_only=True)
             log.exception("bind %s -> %s failed", pod, node)
             return self._fail(pod, node, f"{type(exc).__name__}: {exc}", "internal")
         if self.metrics is not None:

@@ -5,16 +5,26 @@ annotation) and Pods in every namespace (non-terminated ones; those carrying gpu
 annotations are allocations, keyed by pod UID). Everything is rebuilt from annotations at
 start, so an extender restart loses nothing.
 
-Bind (:meth:`KubernetesState.bind`) patches the pod's annotations, then creates the
-``pods/binding`` subresource. The allocation bind reserved beforehand stays *in flight* until
-the watch delivers the pod with its annotations (confirmed) or the pod disappears; a relist
-keeps in-flight reservations younger than the list. A pod that terminates or is deleted frees
-its GPUs. A watch that fails with 410 Gone is restarted from a fresh list.
+Bind (:meth:`KubernetesState.bind`) is one API round trip: it creates the pod's
+``pods/binding`` subresource with the assignment annotations in the Binding's
+``metadata.annotations``. kube-apiserver merges those into the pod in the same storage write
+that sets ``spec.nodeName`` (``BindingREST.setPodNodeAndMetadata`` in
+``pkg/registry/core/pod/storage/storage.go``, Kubernetes v1.36.3; ``setPodHostAndAnnotations``
+in older releases), under the Binding's UID precondition. So no pod is ever bound without its
+decision, and a refused Binding leaves nothing to roll back. The allocation bind reserved
+beforehand stays *in flight* until the watch delivers the bound pod with its annotations
+(confirmed) or the pod disappears; a relist keeps in-flight reservations younger than the
+list. A pod that terminates or is deleted frees its GPUs. A watch that fails with 410 Gone is
+restarted from a fresh list.
 
 The API surface used is the small :class:`KubeAPI` protocol; :class:`OfficialKubeAPI`
 implements it with the official ``kubernetes`` client (raw JSON dicts, no model
 deserialisation — ``_preload_content=False`` everywhere, which also avoids the client's known
-deserialisation bug on the Binding reply). Tests pass a fake.
+deserialisation bug on the Binding reply: the API answers a ``Status``, which the generated
+``create_namespaced_pod_binding`` would try to read as a ``V1Binding``; every raw reply is read
+to its end so its keep-alive connection goes back to the pool). Its connection pool is sized
+for the binds in flight (``bind_connections``) plus the two watches and a list or get. Tests
+pass a fake.
 """
 
 from __future__ import annotations
@@ -40,7 +50,6 @@ from scheduler_extender.state import (
 from topology.contract import (
     ANN_TOPOLOGY,
     ANN_VGPU_MEMORY_UNIT,
-    OUTPUT_ANNOTATIONS,
     AssignmentError,
     assignment_annotations,
     has_assignment,
@@ -96,21 +105,16 @@ class KubeAPI(Protocol):
         """One Pod, or None when it does not exist."""
         ...
 
-    def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None], uid: str
+    def create_binding(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
-        """Merge-patch the pod's annotations (None deletes a key); ``uid`` (if set) must match.
+        """Create the pod's ``pods/binding`` subresource targeting ``node``, carrying
+        ``annotations`` (merged into the pod in the write that sets ``spec.nodeName``);
+        ``uid`` (if set) is the Binding's precondition.
 
         Raises:
-            ApiError: the patch failed.
-        """
-        ...
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's ``pods/binding`` subresource targeting ``node``.
-
-        Raises:
-            ApiError: the binding failed (e.g. the pod is already bound, or UID mismatch).
+            ApiError: the binding failed (e.g. the pod is already bound, or UID mismatch);
+                nothing was written.
         """
         ...
 
@@ -126,6 +130,8 @@ class KubernetesState(BookedViews):
     Args:
         api: the API (default: :class:`OfficialKubeAPI` from ``kubeconfig`` or in-cluster).
         kubeconfig: kubeconfig path; None = in-cluster service account.
+        bind_connections: keep-alive connections reserved for Bindings in the default API's
+            pool (the extender's ``bind_concurrency``: binds in flight at once).
         watch_timeout_s: server-side timeout of each watch call (it is then re-opened).
         reservation_grace_s: a relist keeps in-flight reservations younger than this even if
             the listed pod does not carry annotations yet.
@@ -138,9 +144,13 @@ class KubernetesState(BookedViews):
 
     def __init__(
         self, api: KubeAPI | None = None, *, kubeconfig: str | Path | None = None,
-        watch_timeout_s: int = 300, reservation_grace_s: float = 60.0,
+        bind_connections: int = 16, watch_timeout_s: int = 300,
+        reservation_grace_s: float = 60.0,
     ) -> None:  # fmt: skip
-        self.api: KubeAPI = api if api is not None else OfficialKubeAPI.from_config(kubeconfig)
+        self.api: KubeAPI = (
+            api if api is not None
+            else OfficialKubeAPI.from_config(kubeconfig, bind_connections=bind_connections)
+        )  # fmt: skip
         self._views: dict[str, NodeView] = {}
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self.topologies = TopologyCache()
@@ -369,32 +379,26 @@ class KubernetesState(BookedViews):
             topo if isinstance(topo, Topology) else None,
         )
 
-    def release(self, pod_key: str) -> None:
-        """Drop the allocation of ``pod_key``."""
-        self.book.remove(pod_key)
+    def release(self, pod_key: str, *, reservation_only: bool = False) -> None:
+        """Drop the allocation of ``pod_key``; ``reservation_only``: only while it is an
+        unconfirmed reservation (a failed bind's rollback must not drop what the watch has
+        already confirmed: a Binding whose reply was lost may have been written)."""
+        if reservation_only:
+            self.book.remove_reservation(pod_key)
+        else:
+            self.book.remove(pod_key)
 
     def bind(self, pod: PodRef, node: str, decision: Decision | None) -> None:
-        """Annotate the pod (when ``decision``), then create its Binding.
+        """Bind the pod to ``node`` in one API call: a Binding carrying the assignment
+        annotations of ``decision`` (none for a pod without gputopo resources).
 
         Raises:
-            BindError: a call failed; the annotations are removed again (best effort).
+            BindError: the API refused; nothing was written.
         """
-        if decision is not None:
-            ann = assignment_annotations(decision, node)
-            try:
-                self.api.patch_pod_annotations(pod.namespace, pod.name, ann, pod.uid)
-            except ApiError as exc:
-                raise BindError(f"cannot annotate pod {pod}: {exc}") from None
+        ann = assignment_annotations(decision, node) if decision is not None else {}
         try:
-            self.api.create_binding(pod.namespace, pod.name, pod.uid, node)
+            self.api.create_binding(pod.namespace, pod.name, pod.uid, node, ann)
         except ApiError as exc:
-            if decision is not None:
-                try:
-                    self.api.patch_pod_annotations(
-                        pod.namespace, pod.name, dict.fromkeys(OUTPUT_ANNOTATIONS), pod.uid
-                    )
-                except ApiError as exc2:
-                    log.warning("could not remove the annotations of %s: %s", pod, exc2)
             raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
@@ -434,6 +438,21 @@ def _api_error(exc: Exception) -> ApiError:
     return cls(" ".join(text.split()), status)
 
 
+#: Connections of the pool besides the binds': the node and pod watches, and one list or get.
+OTHER_CONNECTIONS = 3
+
+
+def _drain(resp: Any) -> bytes:
+    """Read a raw (``_preload_content=False``) reply to its end and hand its connection back
+    to the pool; unread, the connection stays out of the pool and the next call opens (and
+    TLS-handshakes) a new one."""
+    try:
+        data: bytes = resp.read()
+    finally:
+        resp.release_conn()
+    return data
+
+
 class OfficialKubeAPI:
     """:class:`KubeAPI` over the official client's ``CoreV1Api`` (raw JSON, no models)."""
 
@@ -441,8 +460,13 @@ class OfficialKubeAPI:
         self.core = core
 
     @classmethod
-    def from_config(cls, kubeconfig: str | Path | None = None) -> OfficialKubeAPI:
-        """Client from a kubeconfig file, or the in-cluster service account when None.
+    def from_config(
+        cls, kubeconfig: str | Path | None = None, *, bind_connections: int = 16
+    ) -> OfficialKubeAPI:
+        """Client from a kubeconfig file, or the in-cluster service account when None, with
+        a keep-alive pool of ``bind_connections`` + :data:`OTHER_CONNECTIONS` connections
+        (the client's default, 5 per CPU, is smaller than the binds in flight on a small
+        machine; a call finding every pooled connection busy opens a throwaway one).
 
         Raises:
             ApiError: no usable configuration.
@@ -450,13 +474,14 @@ class OfficialKubeAPI:
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
+        cfg = client.Configuration()
+        cfg.connection_pool_maxsize = bind_connections + OTHER_CONNECTIONS
         try:
             if kubeconfig is not None:
-                api_client = config.new_client_from_config(config_file=str(kubeconfig))
+                config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
             else:
-                cfg = client.Configuration()
                 config.load_incluster_config(client_configuration=cfg)
-                api_client = client.ApiClient(cfg)
+            api_client = client.ApiClient(cfg)
         except (ConfigException, OSError) as exc:
             where = f"kubeconfig {str(kubeconfig)!r}" if kubeconfig else "in-cluster config"
             raise ApiError(
@@ -475,7 +500,7 @@ class OfficialKubeAPI:
             while True:
                 extra = {"_continue": cont} if cont else {}
                 resp = fn(limit=500, _preload_content=False, **kwargs, **extra)
-                data = json.loads(resp.data)
+                data = json.loads(_drain(resp))
                 items.extend(data.get("items") or [])
                 meta = data.get("metadata") or {}
                 rv = meta.get("resourceVersion") or rv
@@ -528,37 +553,27 @@ class OfficialKubeAPI:
 
         try:
             resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
-            return json.loads(resp.data)  # type: ignore[no-any-return]
+            return json.loads(_drain(resp))  # type: ignore[no-any-return]
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise _api_error(exc) from None
 
-    def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None], uid: str
+    def create_binding(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        meta: dict[str, Any] = {"annotations": dict(annotations)}
-        if uid:
-            meta["uid"] = uid  # uid is immutable: a mismatch fails the patch (a precondition)
-        try:
-            self.core.patch_namespaced_pod(
-                name, namespace, {"metadata": meta},
-                _content_type="application/merge-patch+json", _preload_content=False,
-            )  # fmt: skip
-        except ApiException as exc:
-            raise _api_error(exc) from None
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
         from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         body = client.V1Binding(
-            metadata=client.V1ObjectMeta(name=name, namespace=namespace, uid=uid or None),
+            metadata=client.V1ObjectMeta(
+                name=name, namespace=namespace, uid=uid or None,
+                annotations=dict(annotations) or None,
+            ),
             target=client.V1ObjectReference(kind="Node", name=node, api_version="v1"),
-        )
+        )  # fmt: skip
         try:
-            self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+            _drain(self.core.create_namespaced_pod_binding(
+                name, namespace, body, _preload_content=False))
         except ApiException as exc:
             raise _api_error(exc) from None

@@ -70,6 +70,14 @@ class ExtenderSettings(BaseSettings):
         eval_workers: worker processes that finish over-budget decisions in the background
             (None = CPUs − 2, at most 4; 0 = none: the request thread decides what fits its
             budget and leaves the rest provisional until a later call has time).
+        bind_concurrency: binds served at once — the threads running ``/bind`` and the
+            keep-alive connections to the API server kept for their Bindings. kube-scheduler
+            runs each pod's binding cycle in its own goroutine, so the binds in flight are
+            its scheduling rate times the bind latency: about 150 pods/s (a trivial
+            extender's ceiling, measured in ``benchmarks/bench_scheduler.py``) × 20–50 ms
+            per Binding on a busy API server is 3–8; 16 (the default, also kube-scheduler's
+            default ``parallelism``) leaves twice that for bursts. More binds wait for a
+            thread instead of opening throwaway TLS connections.
     """
 
     model_config = SettingsConfigDict(
@@ -88,6 +96,7 @@ class ExtenderSettings(BaseSettings):
     eval_budget_ms: float = Field(default=0.0, ge=0, le=60_000)
     eval_workers: int | None = Field(default=None, ge=0, le=64)
     vgpu_memory_unit_mib: int = Field(default=DEFAULT_VGPU_MEMORY_UNIT_MIB, ge=1, le=1 << 20)
+    bind_concurrency: int = Field(default=16, ge=1, le=256)
 
     @field_validator("log_level", "state", mode="before")
     @classmethod

@@ -314,6 +314,15 @@ class AllocationBook:
                 self._touch(old.node)
             return old
 
+    def remove_reservation(self, key: str) -> Allocation | None:
+        """Forget the allocation of pod ``key`` only while it is an unconfirmed reservation;
+        returns it (None if there was none, or it is confirmed and kept)."""
+        with self.lock:
+            held = self._by_key.get(key)
+            if held is None or held.confirmed:
+                return None
+            return self.remove(key)
+
     def get(self, key: str) -> Allocation | None:
         """The allocation of pod ``key``, if any."""
         return self._by_key.get(key)
@@ -428,16 +437,18 @@ class ClusterState(Protocol):
         """
         ...
 
-    def release(self, pod_key: str) -> None:
-        """Drop the allocation of ``pod_key`` (rollback of a failed bind; no-op if absent)."""
+    def release(self, pod_key: str, *, reservation_only: bool = False) -> None:
+        """Drop the allocation of ``pod_key`` (no-op if absent). ``reservation_only``: only
+        while it is an unconfirmed reservation — the rollback of a failed bind, which must
+        not drop an allocation the API already shows (a Binding whose reply was lost)."""
         ...
 
     def bind(self, pod: PodRef, node: str, decision: Decision | None) -> None:
-        """Write the assignment annotations (when ``decision``) and bind the pod to ``node``.
+        """Bind the pod to ``node`` with the assignment annotations of ``decision`` (none
+        when None), atomically: both or neither.
 
         Raises:
-            BindError: the API refused; nothing is bound (annotations rolled back when
-                possible).
+            BindError: the API refused; nothing is bound and no annotation written.
         """
         ...
 
@@ -608,9 +619,12 @@ class MemoryState(BookedViews):
         ref = pod if pod.key == pod_key else PodRef(pod.namespace, pod.name, pod_key)
         self.book.add(Allocation.from_decision(ref, node, decision, confirmed=False), topo)
 
-    def release(self, pod_key: str) -> None:
-        """Drop ``pod_key``'s allocation."""
-        self.book.remove(pod_key)
+    def release(self, pod_key: str, *, reservation_only: bool = False) -> None:
+        """Drop ``pod_key``'s allocation (``reservation_only``: only if unconfirmed)."""
+        if reservation_only:
+            self.book.remove_reservation(pod_key)
+        else:
+            self.book.remove(pod_key)
 
     def bind(self, pod: PodRef, node: str, decision: Decision | None) -> None:
         """Record the binding and the annotations bind would write; confirms the reservation."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
+from anyio import CapacityLimiter
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
@@ -19,10 +20,12 @@ from scheduler_extender.verbs import Extender
 
 @dataclass
 class Runtime:
-    """What the routes need: the verbs and the metrics."""
+    """What the routes need: the verbs, the metrics, and the limiter of binds served at once
+    (``ExtenderSettings.bind_concurrency`` threads)."""
 
     extender: Extender
     metrics: Metrics
+    bind_limiter: CapacityLimiter = field(default_factory=lambda: CapacityLimiter(16))
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -29,7 +29,9 @@ class FakeKubeAPI:
         self.lists = {"nodes": 0, "pods": 0}
         self.calls: list[tuple[str, ...]] = []
         self.fail_binding: str | None = None
-        self.fail_patch: str | None = None
+        self.emit_bindings = True
+        self.lose_binding_reply = False
+        self.after_binding: Callable[[], None] | None = None
         self.lock = threading.Lock()
 
     # ---------------------------------------------------------------- building
@@ -129,30 +131,33 @@ class FakeKubeAPI:
         p = self._by_name(namespace, name)
         return copy.deepcopy(p) if p is not None else None
 
-    def patch_pod_annotations(
-        self, namespace: str, name: str, annotations: Mapping[str, str | None], uid: str
+    def create_binding(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
-        self.calls.append(("patch", name, *(f"{k}={v}" for k, v in sorted(
+        """What kube-apiserver's ``pods/binding`` does: UID precondition, refuse an assigned
+        pod, then set ``spec.nodeName`` and merge the annotations in one write (pushed to
+        the pod watch when :attr:`emit_bindings`); :attr:`after_binding` (if set) runs after
+        the write; :attr:`lose_binding_reply` writes and then fails as a lost reply would."""
+        self.calls.append(("bind", name, node, *(f"{k}={v}" for k, v in sorted(
             annotations.items(), key=lambda kv: kv[0]))))
-        if self.fail_patch:
-            raise ApiError(self.fail_patch, 500)
-        p = self._by_name(namespace, name)
-        if p is None:
-            raise ApiError(f'404 Not Found: pods "{name}" not found', 404)
-        if uid and p["metadata"]["uid"] != uid:
-            raise ApiError("422 Unprocessable Entity: metadata.uid: field is immutable", 422)
-        ann = p["metadata"].setdefault("annotations", {})
-        for k, v in annotations.items():
-            if v is None:
-                ann.pop(k, None)
-            else:
-                ann[k] = v
-
-    def create_binding(self, namespace: str, name: str, uid: str, node: str) -> None:
-        self.calls.append(("bind", name, node))
         if self.fail_binding:
             raise ApiError(self.fail_binding, 409)
         p = self._by_name(namespace, name)
         if p is None:
             raise ApiError(f'404 Not Found: pods "{name}" not found', 404)
+        if uid and p["metadata"]["uid"] != uid:
+            raise ApiError(f"409 Conflict: Precondition failed: UID in precondition: {uid}", 409)
+        if p["spec"].get("nodeName"):
+            raise ApiError(
+                f'409 Conflict: pod {name} is already assigned to node "{p["spec"]["nodeName"]}"',
+                409,
+            )
         p["spec"]["nodeName"] = node
+        p["metadata"].setdefault("annotations", {}).update(annotations)
+        p["metadata"]["resourceVersion"] = self._next_rv()
+        if self.emit_bindings:
+            self.push("pods", "MODIFIED", p)
+        if self.after_binding is not None:
+            self.after_binding()
+        if self.lose_binding_reply:
+            raise ApiError("the reply was lost (connection reset)", 0)

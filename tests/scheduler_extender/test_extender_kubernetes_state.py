@@ -1,11 +1,11 @@
-"""KubernetesState over a fake API: rebuild from annotations, frees on deletion, in-flight
-reservations confirmed by the watch, rollback on API failure, 410 Gone relists."""
+"""KubernetesState over a fake API: rebuild from annotations, frees on deletion, one Binding
+carrying the decision, in-flight reservations confirmed by the watch, nothing held after a
+refused Binding (and the GPUs kept after a lost reply), 410 Gone relists."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -17,9 +17,10 @@ from tests.scheduler_extender.fake_kube import FakeKubeAPI
 from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
 from topology import catalog
 from topology.contract import (
-    ANN_GPU_INDICES,
+    ANN_NODE,
     OUTPUT_ANNOTATIONS,
     assignment_annotations,
+    parse_assignment,
 )
 from topology.policies.base import NodeState, Request
 from topology.policies.evaluate import Evaluator
@@ -116,31 +117,54 @@ def bind_through(ext: Extender, fake: FakeKubeAPI, name: str, uid: str, node: st
                                         Node=node))
 
 
-def test_reservation_until_the_watch_confirms(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+def test_one_binding_carries_the_decision_and_the_watch_confirms_it(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    fake.emit_bindings = False  # the watch event comes later (released by hand below)
     ext = Extender(kube, POLICY)
     assert bind_through(ext, fake, "new", "u-new", "n1") == {"Error": ""}
-    # annotations were patched before the Binding was created
-    kinds = [c[0] for c in fake.calls]
-    assert kinds == ["patch", "bind"]
+    # one API call: the Binding, carrying the assignment annotations (no separate patch)
+    assert [c[:3] for c in fake.calls] == [("bind", "new", "n1")]
     held = kube.allocation("u-new")
     assert held is not None and not held.confirmed and held.node == "n1"
-    # a relist that does not yet show the annotations keeps the in-flight reservation
-    stale = fake.pods["u-new"]["metadata"]["annotations"]
+    pod = fake.pods["u-new"]
+    ann = pod["metadata"]["annotations"]
+    assert parse_assignment(ann).gpu_indices == held.gpus
+    assert ann[ANN_NODE] == "n1" and pod["spec"]["nodeName"] == "n1"
+    assert sorted(fake.calls[0][3:]) == sorted(f"{k}={v}" for k, v in ann.items())
+    # a relist that does not yet show the bound pod keeps the in-flight reservation
     fake.pods["u-new"]["metadata"]["annotations"] = {}
+    fake.pods["u-new"]["spec"]["nodeName"] = ""
     kube.resync_pods()
     assert kube.allocation("u-new") is not None
-    fake.pods["u-new"]["metadata"]["annotations"] = stale
-    # the watch delivers the annotated, bound pod: confirmed, same GPUs
-    fake.update_pod("u-new", lambda p: None)
+    # the watch delivers the bound, annotated pod: confirmed, same GPUs
+    fake.update_pod("u-new", lambda p: (p["metadata"]["annotations"].update(ann),
+                                        p["spec"].update(nodeName="n1")))
     wait_for(lambda: (a := kube.allocation("u-new")) is not None and a.confirmed, "confirmation")
     confirmed = kube.allocation("u-new")
-    assert confirmed is not None and confirmed.gpus == held.gpus
-    assert fake.pods["u-new"]["spec"]["nodeName"] == "n1"
-    ann_gpus = tuple(int(g) for g in stale[ANN_GPU_INDICES].split(","))
-    assert ann_gpus == held.gpus
+    assert confirmed is not None and confirmed.gpus == held.gpus and confirmed.node == "n1"
+
+
+def test_the_watch_of_the_binding_confirms_the_reservation(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    ext = Extender(kube, POLICY)
+    assert bind_through(ext, fake, "seen", "u-seen", "n0") == {"Error": ""}
+    wait_for(lambda: (a := kube.allocation("u-seen")) is not None and a.confirmed,
+             "the Binding's watch event")
+    a = kube.allocation("u-seen")
+    assert a is not None and a.node == "n0" and set(a.gpus).isdisjoint({0, 1, 2, 3})
+    # a bound pod cannot be bound again: refused without an API call or a state change
+    fake.calls.clear()
+    res = ext.bind(ExtenderBindingArgs(PodName="seen", PodNamespace="default",
+                                       PodUID="u-seen", Node="n1"))
+    assert res["Error"] == f"pod default/seen is already bound to n0 (GPUs " \
+        f"{','.join(map(str, a.gpus))})"
+    assert fake.calls == [] and kube.allocation("u-seen") == a and used(kube, "n1") == ()
 
 
 def test_reservation_dropped_when_pod_disappears(fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    fake.emit_bindings = False
     ext = Extender(kube, POLICY)
     assert bind_through(ext, fake, "gone", "u-gone", "n1") == {"Error": ""}
     assert kube.allocation("u-gone") is not None
@@ -149,21 +173,42 @@ def test_reservation_dropped_when_pod_disappears(fake: FakeKubeAPI, kube: Kubern
     assert used(kube, "n1") == ()
 
 
-@pytest.mark.parametrize("failing", ["patch", "bind"])
-def test_api_failure_rolls_back(fake: FakeKubeAPI, kube: KubernetesState, failing: str) -> None:
+def test_a_refused_binding_holds_nothing(fake: FakeKubeAPI, kube: KubernetesState) -> None:
     ext = Extender(kube, POLICY)
-    if failing == "patch":
-        fake.fail_patch = "500 Internal Server Error: etcd is sad"
-    else:
-        fake.fail_binding = '409 Conflict: pod "x" is already assigned to node "n0"'
+    fake.fail_binding = "500 Internal Server Error: etcd is sad"
     res = bind_through(ext, fake, "x", "u-x", "n1")
-    assert res["Error"].startswith("cannot annotate pod" if failing == "patch" else "cannot bind")
+    assert res["Error"] == (
+        "cannot bind pod default/x to n1: 500 Internal Server Error: etcd is sad"
+    )
     assert kube.allocation("u-x") is None and used(kube, "n1") == ()
-    ann: dict[str, Any] = fake.pods["u-x"]["metadata"]["annotations"]
-    assert not set(ann) & set(OUTPUT_ANNOTATIONS)  # nothing left behind
-    fake.fail_patch = fake.fail_binding = None
+    pod = fake.pods["u-x"]
+    assert not set(pod["metadata"]["annotations"]) & set(OUTPUT_ANNOTATIONS)
+    assert not pod["spec"]["nodeName"]
+    fake.fail_binding = None
     assert ext.bind(ExtenderBindingArgs(PodName="x", PodNamespace="default", PodUID="u-x",
                                         Node="n1")) == {"Error": ""}
+    assert fake.pods["u-x"]["spec"]["nodeName"] == "n1"
+
+
+def test_a_binding_whose_reply_was_lost_stays_booked(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """The API wrote the Binding but its reply never came: the bind fails for the scheduler,
+    yet the pod is bound — the state must end up holding its GPUs, whichever of the watch
+    event and the rollback comes first."""
+    ext = Extender(kube, POLICY)
+    fake.lose_binding_reply = True
+    # the watch confirms before the failed call returns: the rollback must leave that alone
+    fake.after_binding = lambda: wait_for(
+        lambda: (a := kube.allocation("u-lost")) is not None and a.confirmed, "confirmation")
+    res = bind_through(ext, fake, "lost", "u-lost", "n1")
+    assert res["Error"].startswith("cannot bind pod default/lost to n1: the reply was lost")
+    wait_for(lambda: (a := kube.allocation("u-lost")) is not None and a.confirmed,
+             "the bound pod's allocation")
+    a = kube.allocation("u-lost")
+    assert a is not None
+    assert a.gpus == parse_assignment(fake.pods["u-lost"]["metadata"]["annotations"]).gpu_indices
+    assert used(kube, "n1") == tuple(sorted(a.gpus))
 
 
 def test_pod_uid_must_match(fake: FakeKubeAPI, kube: KubernetesState) -> None:
