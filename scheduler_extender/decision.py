@@ -17,7 +17,9 @@ How a call is answered (the hot path: filter and prioritize over hundreds of nod
 * decisions come from the decider's own :class:`~topology.policies.evaluate.Evaluator`
   (cached per class, with the policies' per-class tables in its memo) and scores from
   :func:`topology.policies.scoring.node_score`, both kept in bounded caches keyed by
-  ``(policy, group, request)``;
+  ``(policy, group, request)`` — a score also by the set of node classes it was compared
+  across (:func:`topology.policies.scoring.score_scale`: prioritize scores every candidate on
+  one scale, the classes of the call's nodes that can host the pod);
 * with a time budget, misses go to the :class:`~scheduler_extender.workers.WorkerPool` (or are
   decided in this thread when the :class:`_CostModel` says they fit); whatever is not done by
   the deadline is *provisional*: it passes filter on capacity and scores 0.
@@ -70,7 +72,7 @@ from topology.model import Topology
 from topology.policies.base import Decision, NoFit, Request, RequestError
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
-from topology.policies.scoring import NodeScore, node_score
+from topology.policies.scoring import NodeScore, ScoreScale, node_score, score_scale
 from topology.serialization import dumps
 
 log = logging.getLogger("gputopo.extender")
@@ -357,16 +359,17 @@ class Decider:
             self._spent.put((ask.pod_uid,), time.monotonic() - start)
         if not scored:
             return rows
+        scale = self._scale(call, rows)
         scores: dict[object, int] = {}
         out = []
         for row in rows:
             group = row.view.group
-            if row.outcome.decision is None or group is None:
+            if row.outcome.decision is None or group is None or scale is None:
                 out.append(_with_score(row, 0))
                 continue
             s = scores.get(group)
             if s is None:
-                s = scores[group] = self._score(call, row.view, row.outcome)
+                s = scores[group] = self._score(call, row.view, row.outcome, scale)
             out.append(_with_score(row, s))
         return out
 
@@ -493,14 +496,17 @@ class Decider:
             return Outcome(None, f"policy {policy} failed: {type(exc).__name__}: {exc}")
 
     def _compute(self, policy: str, view: NodeView, request: Request, rid: int) -> Outcome:
-        """Decide and score one group in this thread and cache both."""
+        """Decide and score one group in this thread and cache both (the score on the
+        group's own class: what prioritize over nodes of one class asks)."""
         start = time.perf_counter()
         outcome = self._evaluate(policy, view, request)
         if outcome.decision is not None and isinstance(view.topology, Topology):
             try:
                 sc = node_score(policy, view.topology, view.state, request, outcome.decision,
                                 evaluator=self.evaluator)
-                self._scores.put((policy, view.group, rid), sc)
+                self._scores.put(
+                    (policy, view.group, rid, (view.topology.topology_class,)), sc
+                )
             except Exception:  # noqa: BLE001 - prioritize will retry and report
                 log.exception("scoring failed on node %s", view.name)
         self._outcomes.put((policy, view.group, rid), outcome)
@@ -648,8 +654,9 @@ class Decider:
             self._costs.observe(_CostModel.key(policy, view, request), result.seconds)
             if result.status is Status.OK:
                 outcome = Outcome(result.decision)
-                if result.score is not None:
-                    self._scores.put((policy, view.group, rid), result.score)
+                if result.score is not None and view.group is not None:
+                    # the worker scored on the group's own class
+                    self._scores.put((policy, view.group, rid, (view.group[0],)), result.score)
             elif result.status is Status.NO_FIT:
                 outcome = Outcome(None, result.message)
             elif result.status is Status.BAD_REQUEST:
@@ -662,17 +669,31 @@ class Decider:
         return absorb
 
     # ------------------------------------------------------------------ scores
-    def _score(self, call: _Call, view: NodeView, outcome: Outcome) -> int:
-        """0–10 for one group (0 when it cannot host the pod or its decision is
-        provisional); cached per class and state."""
+    def _scale(self, call: _Call, rows: Sequence[NodeDecision]) -> ScoreScale | None:
+        """The yardsticks every node of this prioritize call is scored on: taken over the
+        classes of the nodes that can host the pod (None when none can). Only nodes that
+        could take the pod set the reference, so a full DGX does not make the PCIe boxes'
+        scores (all that is left to compare) shrink."""
+        hosts: dict[str, Topology] = {}
+        for row in rows:
+            topo = row.view.topology
+            if row.outcome.decision is not None and isinstance(topo, Topology):
+                hosts.setdefault(topo.topology_class, topo)
+        if not hosts:
+            return None
+        return score_scale(call.ask.policy, hosts.values(), call.ask.request, self.evaluator)
+
+    def _score(self, call: _Call, view: NodeView, outcome: Outcome, scale: ScoreScale) -> int:
+        """0–10 for one group on ``scale`` (0 when it cannot host the pod or its decision
+        is provisional); cached per class, state and the classes of the scale."""
         if outcome.decision is None or not isinstance(view.topology, Topology):
             return 0
         policy, request = call.ask.policy, call.ask.request
-        key = (policy, view.group, call.rid)
+        key = (policy, view.group, call.rid, scale.classes)
         hit: NodeScore | None = self._scores.get(key)
         if hit is None:
             hit = node_score(policy, view.topology, view.state, request, outcome.decision,
-                             evaluator=self.evaluator)
+                             evaluator=self.evaluator, scale=scale)
             self._scores.put(key, hit)
         return hit.score
 

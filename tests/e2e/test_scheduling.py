@@ -219,6 +219,46 @@ def test_pods_on_dgx1_get_the_gpus_the_policy_promises(cluster: GpuCluster) -> N
     _bound_placements(cluster)
 
 
+# ---------------------------------------------------------------------------- mixed classes
+def _scores(gc: GpuCluster, pod: GpuPod, nodes: list[str]) -> dict[str, int]:
+    """The extender's prioritize scores of ``pod`` over ``nodes`` (as kube-scheduler asks)."""
+    reply = gc.extender.post("prioritize", {"Pod": pod.manifest(), "NodeNames": nodes})
+    return {r["Host"]: r["Score"] for r in reply}
+
+
+def test_a_sensitive_pod_prefers_the_idle_dgx_in_a_mixed_cluster(cluster: GpuCluster) -> None:
+    """DGX-1 V100s, a DGX A100 and an 8-GPU PCIe box, scored on one EffBW scale: a
+    bandwidth-sensitive ring goes to the best idle machine, and with only an idle DGX-1 and
+    the idle PCIe box left it takes the DGX (scored per class, both were 10); an insensitive
+    pod goes the other way, to the PCIe box."""
+    everyone = ["dgx-0", "dgx-1", "a100-0", "pcie-0"]
+    ring = GpuPod("ring-mixed", gpus=4, pattern="ring", sensitive=True)
+    scores = _scores(cluster, ring, everyone)
+    assert scores["a100-0"] == 10, scores
+    assert scores["a100-0"] > scores["dgx-0"] == scores["dgx-1"] > scores["pcie-0"], scores
+    loose = GpuPod("loose-mixed", gpus=2, pattern="ring", sensitive=False)
+    loose_scores = _scores(cluster, loose, everyone)
+    assert loose_scores["pcie-0"] > max(loose_scores[n] for n in everyone[:3]), loose_scores
+    cluster.create_pod(ring)
+    cluster.create_pod(loose)
+    bound = cluster.wait_bound([ring.name, loose.name], WAIT_S)
+    assert pod_node(bound[ring.name]) == "a100-0"
+    assert pod_node(bound[loose.name]) == "pcie-0"
+    cluster.delete_pods([loose.name])
+    # the A100 and one DGX-1 full: the issue's choice, an idle DGX-1 or the idle PCIe box
+    fills = [GpuPod("fill-a100", gpus=4, node_selector=on("a100-0")),
+             GpuPod("fill-dgx-1", gpus=8, node_selector=on("dgx-1"))]
+    for p in fills:
+        cluster.create_pod(p)
+    cluster.wait_bound([p.name for p in fills], WAIT_S)
+    second = GpuPod("ring-mixed-2", gpus=4, pattern="ring", sensitive=True)
+    scores = _scores(cluster, second, ["dgx-0", "pcie-0"])
+    assert scores["dgx-0"] == 10 and scores["pcie-0"] < 10, scores
+    cluster.create_pod(second)
+    assert pod_node(cluster.wait_bound([second.name], WAIT_S)[second.name]) == "dgx-0"
+    _bound_placements(cluster)
+
+
 # ---------------------------------------------------------------------------- pending, freed
 def test_pods_that_cannot_fit_stay_pending_with_a_reason_until_gpus_are_freed(
     cluster: GpuCluster,

@@ -96,3 +96,25 @@ def test_a_refused_request_raises_through_the_worker_pool() -> None:
             decider.decide(ask, [Candidate("big")])
     finally:
         decider.close()
+
+
+def test_prioritize_scores_every_node_class_on_one_scale() -> None:
+    """A mixed cluster: the sensitive pod's idle DGX outscores the idle PCIe box (each alone
+    would score 10); a node that cannot host the pod does not set the scale."""
+    a100 = catalog.get("dgx-a100")
+    state = MemoryState({"dgx": DGX, "pcie": catalog.get("pcie-8gpu"), "a100": a100})
+    decider = Decider(state)
+    ask = Ask(Request(4, pattern=ring(4)), "gputopo")
+    names = [Candidate("dgx"), Candidate("pcie"), Candidate("a100")]
+    for only in ("dgx", "pcie"):
+        (alone,) = decider.decide(ask, [Candidate(only)], scored=True)
+        assert alone.score == 10
+    dgx, pcie, a100_row = decider.decide(ask, names, scored=True)
+    assert a100_row.score == 10 and a100_row.score > dgx.score > pcie.score  # type: ignore[operator]
+    # the A100 full: the DGX is the best host left and is the reference again
+    d = place("baseline", a100, NodeState(), Request(8))
+    ref = PodRef("default", "a100-holder", "uid-a100-holder")
+    state.reserve(ref.key, "a100", d, pod=ref)
+    dgx, pcie, a100_row = decider.decide(ask, names, scored=True)
+    assert a100_row.score == 0 and dgx.score == 10
+    assert pcie.score is not None and pcie.score < 10

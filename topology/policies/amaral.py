@@ -421,10 +421,17 @@ def best_cost(topology: Topology, size: int, edges: tuple[tuple[int, int], ...])
 
 
 def utility(
-    topology: Topology, state: NodeState, request: Request, mapping: Sequence[int]
+    topology: Topology, state: NodeState, request: Request, mapping: Sequence[int],
+    best: float | None = None,
 ) -> Utility:
     """Amaral's utility (Eq. 2–5, as read in the module docstring) of running ``request`` with
     pattern vertex ``i`` on GPU ``mapping[i]`` of a node in ``state``.
+
+    Args:
+        best: the ``t*`` that normalises the communication term (physical-graph distance
+            units). None = this node type's own idle optimum (:func:`best_cost`), as in the
+            module docstring; the lowest ``t*`` over several node types puts their
+            communication terms on one scale (:mod:`topology.policies.scoring`).
 
     Raises:
         RequestError: the request names an unknown profile.
@@ -433,7 +440,8 @@ def utility(
     pg = physical_graph(topology)
     pattern = request.effective_pattern()
     cost = _pattern_cost(pg, pattern, mapping)
-    best = best_cost(topology, pattern.size, pattern.edges)
+    if best is None:
+        best = best_cost(topology, pattern.size, pattern.edges)
     return Utility(
         communication=_comm_term(cost, best, prof.comm_weight) if pattern.edges else 1.0,
         interference=_interference(pg, state, mapping, prof),
@@ -537,7 +545,7 @@ def _topo_aware(name: str, postpone: bool, topology: Topology, state: NodeState,
 
 
 @register("topo-aware", "Amaral SC'17 TOPO-AWARE: utility-driven recursive bi-partitioning "
-          "(communication, interference, fragmentation)")
+          "(communication, interference, fragmentation)", utility_scored=True)
 def topo_aware(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """TOPO-AWARE (Amaral §4.4): the DRB mapping, placed whatever its utility.
 
@@ -549,7 +557,7 @@ def topo_aware(topology: Topology, state: NodeState, request: Request, memo: Mem
 
 
 @register("topo-aware-p", "Amaral SC'17 TOPO-AWARE-P: TOPO-AWARE that rejects a node while the "
-          "utility is below the job's minimum (gputopo.io/min-utility)")
+          "utility is below the job's minimum (gputopo.io/min-utility)", utility_scored=True)
 def topo_aware_p(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """TOPO-AWARE-P (Amaral §4.4, Algorithm 1 with postponement).
 

@@ -46,6 +46,9 @@ class PolicySpec:
             — a property test holds every policy declaring it to that.
         colocation: the policy places co-location slots (``Request.shared``,
             ``gputopo.io/gpu-shared``); others refuse such requests.
+        utility_scored: the policy ranks placements by Amaral's utility (Eq. 2), so node
+            scores of its whole-GPU decisions rank by that utility too
+            (:mod:`topology.policies.scoring`) rather than by predicted EffBW.
     """
 
     name: str
@@ -53,6 +56,7 @@ class PolicySpec:
     summary: str
     free_set_only: bool = False
     colocation: bool = False
+    utility_scored: bool = False
 
     def keys_by_free_mask(self, request: Request) -> bool:
         """``request``'s decisions depend on a node's state only through its free-GPU mask
@@ -66,9 +70,11 @@ _loaded = False
 
 
 def register(
-    name: str, summary: str, *, free_set_only: bool = False, colocation: bool = False
+    name: str, summary: str, *, free_set_only: bool = False, colocation: bool = False,
+    utility_scored: bool = False,
 ) -> Callable[[PolicyFn], PolicyFn]:
-    """Decorator: register ``fn`` under ``name`` (``free_set_only``, ``colocation``: see
+    """Decorator: register ``fn`` under ``name`` (``free_set_only``, ``colocation``,
+    ``utility_scored``: see
     :class:`PolicySpec`).
 
     Raises:
@@ -79,7 +85,8 @@ def register(
         old = _REGISTRY.get(name)
         if old is not None and old.fn is not fn and old.fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"policy {name!r} registered twice")
-        _REGISTRY[name] = PolicySpec(name, fn, summary, free_set_only, colocation)
+        _REGISTRY[name] = PolicySpec(name, fn, summary, free_set_only, colocation,
+                                     utility_scored)
         return fn
 
     return deco

@@ -5,49 +5,74 @@ A score mixes two terms, each in [0, 1]:
 
 ``score = round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))``
 
+**One scale across node types.** kube-scheduler compares the scores of one call's nodes with
+each other, and a cluster may mix machine types. So every yardstick of the quality term that
+depends on the hardware is taken over *all* the node classes of the call at once (a
+:class:`ScoreScale`, built by :func:`score_scale` from the candidates' topologies): a PCIe box
+and a DGX are measured in the same GB/s (or Gaia cost, or Amaral distance) units against the
+same reference, so a bandwidth-sensitive pod's idle DGX outscores the PCIe box rather than
+both scoring 10 against the best of their own kind. With one class (a homogeneous cluster, the
+simulator) the scale is that class's own and the scores are exactly the per-class ones.
+
 **quality** — how good the GPUs the policy would take on this node are, for this kind of pod:
 
-* *bandwidth-sensitive, several GPUs*: ``EffBW(decision on this node) / EffBW(decision on an
-  idle node of the same class)`` (:meth:`topology.policies.evaluate.Evaluator.ideal`; MAPA Fig. 4's
-  "ideal" allocation), both by the policy's own EffBW model (MAPA Eq. 2 or gputopo-v1),
-  clamped to [0, 1]. 1 = this node still offers the best placement the hardware allows.
+* *bandwidth-sensitive, several GPUs*: ``EffBW(decision on this node) / EffBW*``, where
+  ``EffBW*`` is the best EffBW the policy reaches on an *idle* node of any class of the call
+  (:meth:`topology.policies.evaluate.Evaluator.ideal`; MAPA Fig. 4's "ideal" allocation,
+  taken over the cluster's machine types), both by the policy's own EffBW model (MAPA Eq. 2
+  or gputopo-v1), clamped to [0, 1]. 1 = no node type offers this pod better links.
 * *insensitive, several GPUs*: the PreservedBW the allocation destroys (MAPA Eq. 3),
-  ``loss = PB(free before) − PB(free after)``, against the worst loss ``count`` GPUs can
-  cause on an idle node of the class: ``quality = 1 − loss / max_loss``. Taking GPUs whose
-  links to the rest are already useless (their neighbours are busy) costs nothing.
+  ``loss = PB(free before) − PB(free after)`` in GB/s, against the worst loss ``count`` GPUs
+  can cause on an idle node of any class of the call: ``quality = 1 − loss / max_loss``.
+  Taking GPUs whose links to the rest are already useless (their neighbours are busy, or they
+  only ever had PCIe) costs nothing, so an insensitive pod leaves the NVLink machines to those
+  that need them.
 * *one whole GPU* — Gaia Singular (Gaia §III-C, "prefer a free GPU whose sibling is busy"),
   generalised by the access cost: the Gaia access cost (:func:`pair_access_cost`; NVLink 0.5/NV#,
   PCIe PIX 1 … SYS 5) from the chosen GPU to its *nearest other free GPU*, divided by the
-  largest pair cost on the class. A GPU whose close siblings are all busy scores 1 (and so does
-  the last free GPU of a node); one next to a free NVLink peer scores near 0.
+  largest pair cost on any class of the call. A GPU whose close siblings are all busy scores 1
+  (and so does the last free GPU of a node); one next to a free NVLink peer scores near 0, and
+  one on a PCIe box, whose nearest peer is a PCIe switch away, above one on an NVSwitch box.
 * *a share of one GPU* — Gaia Fragment (Gaia §III-C, best fit on partly used GPUs): on a
   GPU already shared, ``0.5 + 0.5 · fill`` where ``fill`` is the larger of the core and memory
-  fractions in use after the share (closest fit → 1); on an idle GPU, ``0.5 ×`` the Singular
-  quality above (opening a fresh GPU is worse than filling a shared one).
+  fractions in use after the share (closest fit → 1; fractions of the GPU, so the same on every
+  type); on an idle GPU, ``0.5 ×`` the Singular quality above (opening a fresh GPU is worse than
+  filling a shared one).
+* *whole GPUs under a utility policy* (Amaral's ``topo-aware``, ``topo-aware-p``): the
+  placement's Amaral utility without its fragmentation term, ``(C + I) / 2`` (Eq. 2 with equal
+  weights; Eq. 5, the socket-fill term, is left to the fragmentation term below), where the
+  communication term ``C`` is normalised by the lowest idle-node cost ``t*`` of any class of the
+  call (Amaral's physical-graph distances — NVLink 1/NV#, a level 1, the SMP bus 20 — are the
+  same units on every machine). The policy chose the GPUs by utility; the node ranking follows.
 
 **fragmentation** — how badly the free GPUs left behind are connected, against the best
 any equally many GPUs of this class could be: ``1 − PB(free after) / max_{|S| = k} PB(S)``
 with ``k`` = number of free GPUs after the allocation (MAPA Eq. 3 for PB). 0 when ``k ≤ 1``.
-The per-class maxima (and minima, for the insensitive quality) are exact for up to
-:data:`EXACT_TABLE_GPUS` GPUs (every subset, vectorised) and greedy (peeling the
-least/most connected GPU) above; they are kept per topology class in the runner's
-:class:`~topology.policies.memo.Memo`.
+It stays per class on purpose: it measures how much of *this node's* future the allocation
+spoils (a PCIe box can never offer NVLink leftovers; it cannot be blamed for that), while the
+cross-type comparison is the quality term's. The per-class maxima (and minima, for the
+insensitive quality) are exact for up to :data:`EXACT_TABLE_GPUS` GPUs (every subset,
+vectorised) and greedy (peeling the least/most connected GPU) above; they are kept per
+topology class in the runner's :class:`~topology.policies.memo.Memo`, and so is each
+:class:`ScoreScale`, per (policy, classes, request).
 
 A node that cannot host the pod scores 0 (the caller's job).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from topology.model import Topology
+from topology.policies import amaral
 from topology.policies.bandwidth import pair_access_cost, preserved_bandwidth
 from topology.policies.base import FULL_CORE, Decision, NodeState, NoFit, Request
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
+from topology.policies.registry import get_policy
 
 #: Highest node score: kube-scheduler's ``MaxExtenderPriority`` (k8s.io/kube-scheduler
 #: ``extender/v1``), the scale of a prioritize reply. The extender's wire schema uses it too.
@@ -149,6 +174,87 @@ def _build_class_tables(topology: Topology) -> ClassTables:
 
 
 @dataclass(frozen=True)
+class ScoreScale:
+    """The yardsticks one request's node scores share across the node classes of one call
+    (module docstring, "One scale across node types").
+
+    Attributes:
+        classes: the topology classes it was taken over (sorted; part of cache keys).
+        effbw_gbps: the best EffBW (GB/s) the policy predicts for the request on an idle node
+            of any of the classes; None when no class can host it or the request is not a
+            bandwidth-sensitive multi-GPU one.
+        max_loss_gbps: the most PreservedBW (GB/s, MAPA Eq. 3) ``count`` GPUs take out of an
+            idle node of any of the classes (insensitive multi-GPU requests; else 0).
+        max_pair_cost: the largest Gaia pair access cost on any of the classes.
+        best_comm_cost: Amaral's ``t*``, the lowest pattern cost (physical-graph distance
+            units) an idle node of any of the classes gives the request (utility-scored
+            policies, multi-GPU requests; else None).
+    """
+
+    classes: tuple[str, ...]
+    effbw_gbps: float | None
+    max_loss_gbps: float
+    max_pair_cost: float
+    best_comm_cost: float | None
+
+
+def score_scale(
+    policy: str, topologies: Iterable[Topology], request: Request, evaluator: Evaluator
+) -> ScoreScale:
+    """The :class:`ScoreScale` of ``request`` under ``policy`` over the classes of
+    ``topologies``, kept in ``evaluator``'s memo (one per policy, set of classes and
+    request); ``evaluator`` also makes the idle-node reference decisions.
+
+    Raises:
+        UnknownPolicy: ``policy`` is not registered.
+        ValueError: ``topologies`` is empty.
+    """
+    by_class = {t.topology_class: t for t in topologies}
+    if not by_class:
+        raise ValueError("a score scale needs at least one topology")
+    classes = tuple(sorted(by_class))
+
+    def build() -> ScoreScale:
+        return _build_scale(policy, classes, list(by_class.values()), request, evaluator)
+
+    key = ("score-scale", policy, classes, request.key())
+    return evaluator.memo.bounded(key, build, lambda _: 1)
+
+
+def _build_scale(
+    policy: str, classes: tuple[str, ...], topos: list[Topology], request: Request,
+    evaluator: Evaluator,
+) -> ScoreScale:
+    spec = get_policy(policy)
+    whole_multi = not request.fractional and request.count > 1
+    effbw: float | None = None
+    if whole_multi and request.sensitive and not spec.utility_scored:
+        for t in topos:
+            try:
+                e = evaluator.ideal(policy, t, request).effective_bandwidth_gbps
+            except NoFit:
+                continue
+            effbw = e if effbw is None else max(effbw, e)
+    max_loss = 0.0
+    if whole_multi and not request.sensitive and not spec.utility_scored:
+        for t in topos:
+            if t.size >= request.count:
+                tables = class_tables(t, evaluator.memo)
+                loss = tables.pb_max[t.size] - tables.pb_min[t.size - request.count]
+                max_loss = max(max_loss, loss)
+    best_comm: float | None = None
+    if whole_multi and spec.utility_scored:
+        pattern = request.effective_pattern()
+        costs = [
+            amaral.best_cost(t, pattern.size, pattern.edges)
+            for t in topos if t.size >= pattern.size
+        ]  # fmt: skip
+        best_comm = min(costs) if costs else None
+    max_cost = max(class_tables(t, evaluator.memo).max_pair_cost for t in topos)
+    return ScoreScale(classes, effbw, max_loss, max_cost, best_comm)
+
+
+@dataclass(frozen=True)
 class NodeScore:
     """A node's score and its parts.
 
@@ -157,7 +263,7 @@ class NodeScore:
         quality: the quality term, [0, 1].
         fragmentation: the fragmentation term, [0, 1].
         kind: which quality rule applied: ``bandwidth``, ``preserve``, ``singular``,
-            ``share``.
+            ``share``, ``utility``.
     """
 
     score: int
@@ -170,13 +276,13 @@ def _clamp(x: float) -> float:
     return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
 
 
-def _isolation(topology: Topology, gpu: int, others: Sequence[int], tables: ClassTables) -> float:
-    """Gaia-cost distance from ``gpu`` to its nearest GPU in ``others`` over the class
-    maximum; 1 when ``others`` is empty."""
+def _isolation(topology: Topology, gpu: int, others: Sequence[int], max_cost: float) -> float:
+    """Gaia-cost distance from ``gpu`` to its nearest GPU in ``others`` over ``max_cost``
+    (the largest pair cost of the scale); 1 when ``others`` is empty."""
     if not others:
         return 1.0
     nearest = min(pair_access_cost(topology, gpu, o) for o in others)
-    return _clamp(nearest / tables.max_pair_cost) if tables.max_pair_cost > 0 else 1.0
+    return _clamp(nearest / max_cost) if max_cost > 0 else 1.0
 
 
 def fragmentation(
@@ -193,34 +299,41 @@ def fragmentation(
 
 def quality(
     policy: str, topology: Topology, state: NodeState, request: Request, decision: Decision,
-    evaluator: Evaluator, tables: ClassTables | None = None,
+    evaluator: Evaluator, tables: ClassTables | None = None, scale: ScoreScale | None = None,
 ) -> tuple[float, str]:
     """The quality term in [0, 1] and the rule used (see the module docstring);
-    ``evaluator`` makes the idle-node reference decision, ``tables`` default to the class's
+    ``evaluator`` makes the idle-node reference decisions, ``tables`` default to the class's
     in its memo.
+
+    Args:
+        scale: the call's cross-class yardsticks (None: this node's class alone).
 
     Raises:
         UnknownPolicy: ``policy`` is not registered (for the idle-node reference).
     """
     t = tables or class_tables(topology, evaluator.memo)
+    sc = scale or score_scale(policy, (topology,), request, evaluator)
     free = state.free_gpus(topology)
     if request.fractional:
         g = decision.gpus[0]
         used = state.used(g)
         others = [f for f in free if f != g]
         if used.idle:
-            return 0.5 * _isolation(topology, g, others, t), "share"
+            return 0.5 * _isolation(topology, g, others, sc.max_pair_cost), "share"
         core = (used.core_percent + request.core_percent) / FULL_CORE
         mem_total = topology.gpus[g].memory_mib
         mem = (used.memory_mib + request.memory_mib) / mem_total if mem_total > 0 else 0.0
         return 0.5 + 0.5 * _clamp(max(core, mem)), "share"
+    if get_policy(policy).utility_scored:
+        u = amaral.utility(topology, state, request, decision.mapping, best=sc.best_comm_cost)
+        a_cc, a_b, _ = amaral.ALPHA
+        return _clamp((a_cc * u.communication + a_b * u.interference) / (a_cc + a_b)), "utility"
     if request.count == 1:
         g = decision.gpus[0]
-        return _isolation(topology, g, [f for f in free if f != g], t), "singular"
+        return _isolation(topology, g, [f for f in free if f != g], sc.max_pair_cost), "singular"
     if request.sensitive:
-        try:
-            best = evaluator.ideal(policy, topology, request).effective_bandwidth_gbps
-        except NoFit:
+        best = sc.effbw_gbps
+        if best is None:
             return 0.0, "bandwidth"
         if best <= 0:
             return (1.0 if decision.effective_bandwidth_gbps >= best else 0.0), "bandwidth"
@@ -228,33 +341,37 @@ def quality(
     chosen = set(decision.gpus)
     before = t.preserved(topology, free)
     after = t.preserved(topology, [f for f in free if f not in chosen])
-    n = topology.size
-    max_loss = t.pb_max[n] - t.pb_min[n - request.count]
-    if max_loss <= 0:
+    if sc.max_loss_gbps <= 0:
         return 1.0, "preserve"
-    return _clamp(1.0 - (before - after) / max_loss), "preserve"
+    return _clamp(1.0 - (before - after) / sc.max_loss_gbps), "preserve"
 
 
 def node_score(
     policy: str, topology: Topology, state: NodeState, request: Request, decision: Decision,
-    *, evaluator: Evaluator,
+    *, evaluator: Evaluator, scale: ScoreScale | None = None,
 ) -> NodeScore:
     """Score ``decision`` (made by ``policy`` on this node) 0–10.
 
     Args:
-        policy: the policy that made ``decision`` (its idle-node decision is the reference).
+        policy: the policy that made ``decision`` (its idle-node decisions are the
+            references).
         topology: the node.
         state: the node's used GPUs *before* the decision.
         request: the pod's request.
         decision: where the pod would go on this node.
-        evaluator: the runner's evaluator: it makes the idle-node reference decision and its
-            memo keeps the class's tables.
+        evaluator: the runner's evaluator: it makes the idle-node reference decisions and its
+            memo keeps the class's tables and the scales.
+        scale: the yardsticks shared by every node of the call (:func:`score_scale` over
+            their topologies); None = this node's class alone.
 
     Returns:
         ``round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))`` with its parts.
+
+    Raises:
+        UnknownPolicy: ``policy`` is not registered.
     """
     t = class_tables(topology, evaluator.memo)
-    q, kind = quality(policy, topology, state, request, decision, evaluator, t)
+    q, kind = quality(policy, topology, state, request, decision, evaluator, t, scale)
     chosen = set(decision.gpus)
     free_after = [f for f in state.free_gpus(topology) if f not in chosen]
     frag = fragmentation(topology, free_after, t)

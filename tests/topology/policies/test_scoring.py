@@ -1,10 +1,13 @@
 """Node scores (topology.policies.scoring): range, the ideal reference, Singular/Fragment
-preferences, fragmentation tables."""
+preferences, fragmentation tables, and one scale across node classes (a sensitive pod prefers
+the idle DGX to the idle PCIe box; insensitive, one-GPU and share pods the other way round;
+Amaral's utility policies by utility)."""
 
 from __future__ import annotations
 
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -12,14 +15,17 @@ from tests.topology.strategies import states, topologies
 from topology import catalog
 from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.patterns import ring
+from topology.policies import amaral
 from topology.policies.bandwidth import preserved_bandwidth
 from topology.policies.base import GPUUsage, NodeState, NoFit, Request
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import DEFAULT_POLICY as POLICY
 from topology.policies.scoring import (
+    NodeScore,
     class_tables,
     fragmentation,
     node_score,
+    score_scale,
 )
 
 #: This module's own evaluator (decision cache and policy memo; nothing shared).
@@ -109,3 +115,123 @@ def test_greedy_tables_above_the_exact_limit() -> None:
     assert all(t.pb_max[k] >= t.pb_min[k] for k in range(n + 1))
     s = score(NodeState.whole(range(10)), Request(count=3), topo, "baseline")
     assert 0 <= s <= 10
+
+
+# ------------------------------------------------------------------ one scale across classes
+PCIE = catalog.get("pcie-8gpu")
+A100 = catalog.get("dgx-a100")
+
+
+def scores_on(
+    topos: list[Topology], request: Request, policy: str = POLICY,
+    states_: list[NodeState] | None = None,
+) -> list[NodeScore]:
+    """Each node's score on the scale shared by all of them (as one prioritize call)."""
+    sts = states_ or [NodeState()] * len(topos)
+    scale = score_scale(policy, topos, request, EV)
+    return [node_score(policy, t, s, request, place(policy, t, s, request), evaluator=EV,
+                       scale=scale)
+            for t, s in zip(topos, sts, strict=True)]
+
+
+@given(topo=topologies(2, 8), data=st.data())
+def test_a_scale_of_one_class_gives_the_classes_own_scores(
+    topo: Topology, data: st.DataObject
+) -> None:
+    """Homogeneous clusters and the simulator score exactly as per class."""
+    state = data.draw(states(topo.size))
+    req = data.draw(st.one_of(
+        st.builds(lambda k, s: Request(count=k, bandwidth_sensitive=s),
+                  st.integers(1, topo.size), st.booleans()),
+        st.builds(lambda c: Request(count=0, core_percent=c), st.integers(1, 100)),
+    ))
+    for policy in ("baseline", POLICY, "topo-aware"):
+        try:
+            d = place(policy, topo, state, req)
+        except NoFit:
+            continue
+        own = score_scale(policy, [topo], req, EV)
+        assert node_score(policy, topo, state, req, d, evaluator=EV, scale=own) == node_score(
+            policy, topo, state, req, d, evaluator=EV)
+
+
+@given(a=topologies(2, 8), b=topologies(2, 8), data=st.data())
+def test_scores_on_a_shared_scale_stay_in_range(
+    a: Topology, b: Topology, data: st.DataObject
+) -> None:
+    k = data.draw(st.integers(1, min(a.size, b.size)))
+    req = Request(count=k, bandwidth_sensitive=data.draw(st.booleans()))
+    for policy in ("baseline", POLICY, "topo-aware"):
+        scale = score_scale(policy, [a, b], req, EV)
+        for topo in (a, b):
+            state = data.draw(states(topo.size))
+            try:
+                d = place(policy, topo, state, req)
+            except NoFit:
+                continue
+            s = node_score(policy, topo, state, req, d, evaluator=EV, scale=scale)
+            assert 0 <= s.score <= 10
+            assert 0.0 <= s.quality <= 1.0 and 0.0 <= s.fragmentation <= 1.0
+
+
+def test_a_sensitive_pod_prefers_the_idle_dgx_to_the_idle_pcie_box() -> None:
+    """The issue's case: each alone scores 10 against its own best; on one scale the PCIe box's
+    links (12 GB/s class) score far below the DGX's NVLinks."""
+    req = Request(count=4, pattern=ring(4), bandwidth_sensitive=True)
+    assert score(NodeState(), req, PCIE) == score(NodeState(), req, DGX) == 10
+    dgx, pcie = scores_on([DGX, PCIE], req)
+    assert dgx.score == 10 and dgx.quality == 1.0
+    assert pcie.score < dgx.score and pcie.quality < 0.5
+    # the reference is the best idle node of any class: an A100 (NVSwitch) beats both
+    a100, dgx3, pcie3 = scores_on([A100, DGX, PCIE], req)
+    assert a100.score == 10 and a100.score > dgx3.score > pcie3.score
+    d_dgx = place(POLICY, DGX, NodeState(), req)
+    d_a100 = place(POLICY, A100, NodeState(), req)
+    assert dgx3.quality == pytest.approx(
+        d_dgx.effective_bandwidth_gbps / d_a100.effective_bandwidth_gbps)
+    # a half-used DGX still offers the pod more than the idle PCIe box
+    half = NodeState.whole([1, 3, 4, 6])
+    dgx_half, pcie_idle = scores_on([DGX, PCIE], req, states_=[half, NodeState()])
+    assert dgx_half.score > pcie_idle.score
+
+
+def test_an_insensitive_pod_leaves_the_nvlink_machines_alone() -> None:
+    req = Request(count=2, bandwidth_sensitive=False)
+    # per class the PCIe box scored below the DGX (3 < 4): it loses a bigger share of its own
+    assert score(NodeState(), req, PCIE) < score(NodeState(), req, DGX)
+    pcie, dgx, a100 = scores_on([PCIE, DGX, A100], req)
+    assert pcie.kind == dgx.kind == a100.kind == "preserve"
+    assert pcie.score > a100.score and pcie.quality > dgx.quality > a100.quality
+
+
+def test_one_gpu_and_a_fresh_share_go_where_the_nearest_peer_is_farthest() -> None:
+    for req in (Request(count=1), Request(count=0, core_percent=30, memory_mib=4096)):
+        # per class the A100 (all peers equally close) scored best
+        assert score(NodeState(), req, A100) > score(NodeState(), req, PCIE)
+        pcie, dgx, a100 = scores_on([PCIE, DGX, A100], req)
+        assert pcie.quality > dgx.quality > a100.quality
+        assert pcie.score > a100.score
+
+
+def test_a_share_still_fills_a_shared_gpu_first_across_types() -> None:
+    req = Request(count=0, core_percent=30)
+    shared = NodeState({2: GPUUsage(50, 0)})
+    a100_shared, pcie_idle = scores_on([A100, PCIE], req, states_=[shared, NodeState()])
+    assert a100_shared.quality > 0.5 > pcie_idle.quality
+    assert a100_shared.score > pcie_idle.score
+
+
+def test_utility_policies_rank_nodes_by_amaral_utility_on_one_scale() -> None:
+    req = Request(count=4, pattern=ring(4), bandwidth_sensitive=True)
+    topos = [A100, DGX, PCIE]
+    ss = scores_on(topos, req, "topo-aware")
+    assert all(s.kind == "utility" for s in ss)
+    assert ss[0].quality > ss[1].quality > ss[2].quality
+    # the quality is (C + I) / 2 with C normalised by the lowest t* of the three types
+    pattern = req.effective_pattern()
+    t_star = min(amaral.best_cost(t, 4, pattern.edges) for t in topos)
+    for t, s in zip(topos, ss, strict=True):
+        d = place("topo-aware", t, NodeState(), req)
+        u = amaral.utility(t, NodeState(), req, d.mapping, best=t_star)
+        assert s.quality == pytest.approx((u.communication + u.interference) / 2)
+    assert score_scale("topo-aware", topos, req, EV).best_comm_cost == t_star
