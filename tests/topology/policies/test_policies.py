@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,6 +12,7 @@ from tests.topology.strategies import states, topologies
 from topology import catalog
 from topology.model import Topology
 from topology.patterns import all_to_all, ring, tree
+from topology.policies.bandwidth import preserved_bandwidth
 from topology.policies.base import FULL_CORE, NodeState, NoFit, Request
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
@@ -188,3 +191,27 @@ def test_free_set_only_policies_decide_from_the_free_gpus_alone(
         return
     assert fn(topo, plain, req, Memo()) == d
     assert place(policy, topo, state, req) == place(policy, topo, plain, req) == d
+
+
+@pytest.mark.parametrize(("busy", "differs"), [
+    ((), False), ((0,), True), ((0, 3, 5), False), ((1, 2, 6), True), ((4,), True)])
+def test_mapa_preserve_insensitive_keeps_the_most_preserved_bandwidth(
+    busy: tuple[int, ...], differs: bool,
+) -> None:
+    """MAPA Algorithm 1's insensitive branch: the 2-GPU set whose removal leaves the free GPUs
+    the highest PreservedBW (Eq. 3), lexicographically first among equals — checked against
+    every pair — where the EffBW branch (often) spends the NVLink the other keeps."""
+    free = [g for g in range(8) if g not in busy]
+    insens = run("mapa-preserve", Request(count=2, bandwidth_sensitive=False), busy)
+    sens = run("mapa-preserve", Request(count=2, bandwidth_sensitive=True), busy)
+
+    def left(pair: tuple[int, ...]) -> float:
+        return preserved_bandwidth(DGX, [g for g in free if g not in pair])
+
+    best = max(left(p) for p in itertools.combinations(free, 2))
+    first = min(p for p in itertools.combinations(free, 2) if left(p) == pytest.approx(best))
+    assert insens.gpus == first
+    assert insens.preserved_bandwidth_gbps == pytest.approx(best)
+    assert insens.reason.startswith("highest PreservedBW (Eq. 3)")
+    assert sens.reason.startswith("highest predicted EffBW (Eq. 2)")
+    assert (left(sens.gpus) < best) == differs
