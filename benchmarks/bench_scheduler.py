@@ -38,6 +38,11 @@ run and the median, and for gputopo the server-side latency per verb (count, mea
 from the extender's ``gputopo_extender_request_seconds`` histogram (scraped before and after
 each run; quantiles interpolated inside buckets as Prometheus' ``histogram_quantile`` does).
 
+The *binding floor* is what the API server alone takes for a Binding on this host at that
+moment: the size's pods, created for no scheduler, bound directly with the official client
+(one at a time, then 16 at a time), each Binding carrying as many annotations as gputopo's.
+No extender's bind can be faster; on a shared machine it sets the bind latency.
+
 kube-scheduler's extender client publishes no latency metric, so the *client-observed*
 latency comes from a probe: after the measured runs, one more stream run of gputopo and of
 the trivial extender with kube-scheduler pointed at :mod:`benchmarks.timing_proxy`, which
@@ -323,17 +328,27 @@ Histograms = dict[str, dict[str, Any]]
 def extender_histograms(url: str) -> Histograms:
     """``verb -> {"buckets": {le: cumulative count}, "count", "sum"}`` of
     ``gputopo_extender_request_seconds`` from the extender's ``/metrics`` (parsed with
-    prometheus-client's exposition parser)."""
+    prometheus-client's exposition parser), plus ``bind-api`` (``..._bind_api_seconds``: the
+    Binding's API round trip inside bind) and ``bind-errors`` (a ``count`` of binds answered
+    with an ``Error``)."""
     from prometheus_client.parser import text_string_to_metric_families
 
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
     out: Histograms = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "gputopo_extender_request_seconds":
+        if family.name == "gputopo_extender_requests":
+            for s in family.samples:
+                if s.labels.get("verb") == "bind" and s.labels.get("outcome") != "ok" and (
+                        s.name.endswith("_total")):
+                    h = out.setdefault("bind-errors", {"buckets": {}, "count": 0.0, "sum": 0.0})
+                    h["count"] += s.value
+            continue
+        if family.name not in ("gputopo_extender_request_seconds",
+                               "gputopo_extender_bind_api_seconds"):
             continue
         for s in family.samples:
-            verb = s.labels.get("verb", "")
+            verb = s.labels.get("verb", "bind-api")
             h = out.setdefault(verb, {"buckets": {}, "count": 0.0, "sum": 0.0})
             if s.name.endswith("_bucket"):
                 h["buckets"][s.labels["le"]] = s.value
@@ -393,9 +408,12 @@ def histogram_quantile_ms(h: Mapping[str, Any], q: float) -> float:
 
 def verb_summary(h: Histograms) -> dict[str, dict[str, float]]:
     """Per verb: count, mean, p50 and p99 (ms) of a histogram delta."""
-    out = {}
+    out: dict[str, dict[str, float]] = {}
     for verb, v in sorted(h.items()):
         if v["count"] <= 0:
+            continue
+        if not v["buckets"]:  # a plain count
+            out[verb] = {"count": int(v["count"])}
             continue
         out[verb] = {
             "count": int(v["count"]),
@@ -472,6 +490,54 @@ def cpu_pods(size: Size) -> list[GpuPod]:
     return [GpuPod(f"cpu-{i:04d}") for i in range(size.pods)]
 
 
+# ---------------------------------------------------------------------------- binding floor
+#: Annotations the floor's Bindings carry: as many keys, about as long, as gputopo's
+#: assignment on a 2-GPU pod (not gputopo's own keys, so the extender does not book them).
+FLOOR_ANNOTATIONS = {
+    f"bench.gputopo.io/key-{i}": "GPU-0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0" for i in range(8)
+}
+
+
+def binding_floor(gc: GpuCluster, size: Size, concurrency: int) -> dict[str, Any]:
+    """The API server's own Binding round trip on this host, now: ``size.pods`` pods that no
+    scheduler picks up are bound directly (the official client, ``concurrency`` threads,
+    each Binding carrying :data:`FLOOR_ANNOTATIONS`), timed per call, milliseconds. What any
+    extender's bind costs at least."""
+    from kubernetes import client
+
+    pods = [replace(p, labels={RUN_LABEL: f"floor-{concurrency}"}) for p in cpu_pods(size)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(
+            lambda p: gc.core.create_namespaced_pod(
+                gc.namespace, p.manifest(gc.namespace, scheduler="no-scheduler")),
+            pods,
+        ))  # fmt: skip
+    nodes = sorted(gc.nodes)
+    seconds: list[float] = []
+
+    def bind(i: int) -> None:
+        p = pods[i]
+        body = client.V1Binding(
+            metadata=client.V1ObjectMeta(name=p.name, namespace=gc.namespace,
+                                         annotations=dict(FLOOR_ANNOTATIONS)),
+            target=client.V1ObjectReference(kind="Node", name=nodes[i % len(nodes)]),
+        )
+        t0 = time.perf_counter()
+        resp: Any = gc.core.create_namespaced_pod_binding(
+            p.name, gc.namespace, body, _preload_content=False)
+        resp.read()
+        resp.release_conn()
+        seconds.append(time.perf_counter() - t0)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(concurrency) as pool:
+        list(pool.map(bind, range(len(pods))))
+    took = time.monotonic() - t0
+    return {"concurrency": concurrency, "count": len(seconds),
+            "bindings_per_s": round(len(seconds) / took, 1),
+            "p50_ms": percentile_ms(seconds, 0.5), "p99_ms": percentile_ms(seconds, 0.99)}
+
+
 # ---------------------------------------------------------------------------- main
 def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[str, Any]:
     """Every scenario on one fresh control plane of ``size``; see the module docstring."""
@@ -511,6 +577,12 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[st
                           f"{result['pods_per_s']:6.1f} pods/s ({result['seconds']:.2f} s; "
                           f"creates {result['create_seconds']:.2f} s)", flush=True)
                     reset(gc, check_extender=True)
+        floor = []
+        for concurrency in (1, 16):
+            floor.append(binding_floor(gc, size, concurrency))
+            print(f"  {size.label} binding floor, {concurrency:2d} at a time: {floor[-1]}",
+                  flush=True)
+            reset(gc, check_extender=True)
         client: dict[str, Any] = {}
         if probe:
             for name, target in (("gputopo", gc.extender.url), ("trivial-extender", trivial_url)):
@@ -567,6 +639,7 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[st
             mode: verb_summary(histogram_merge(ds)) for mode, ds in deltas.items()
         },
         "client_observed_probe": client,
+        "binding_floor": floor,
     }
 
 
@@ -587,29 +660,35 @@ def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool) -> d
 
 def table(doc: Mapping[str, Any]) -> str:
     """The side-by-side summary printed at the end (Markdown)."""
+    nan = float("nan")
     lines = [
         "| cluster | mode | no extender | trivial extender | gputopo | gputopo / trivial "
-        "| gputopo bind p50 / p99 (server) |",
-        "|---|---|---|---|---|---|---|",
+        "| gputopo bind p50 / p99 (server) | of which the Binding call p50 / p99 |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for label, res in doc["sizes"].items():
         sc = res["scenarios"]
         for mode in ("stream", "backlog"):
-            bind = res["extender_server_side"].get(mode, {}).get("bind", {})
+            verbs = res["extender_server_side"].get(mode, {})
+            bind, api = verbs.get("bind", {}), verbs.get("bind-api", {})
             lines.append(
                 f"| {label} | {mode} | {sc['no-extender'][mode]['pods_per_s_median']:.1f} "
                 f"| {sc['trivial-extender'][mode]['pods_per_s_median']:.1f} "
                 f"| {sc['gputopo'][mode]['pods_per_s_median']:.1f} "
                 f"| {res['gputopo_over_trivial'][mode]:.2f} "
-                f"| {bind.get('p50_ms', float('nan')):.1f} / "
-                f"{bind.get('p99_ms', float('nan')):.1f} ms |"
+                f"| {bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms "
+                f"| {api.get('p50_ms', nan):.1f} / {api.get('p99_ms', nan):.1f} ms |"
+            )
+        for fl in res.get("binding_floor", []):
+            lines.append(
+                f"| {label} | floor | | | | | a bare Binding, {fl['concurrency']} at a time: "
+                f"{fl['p50_ms']:.1f} / {fl['p99_ms']:.1f} ms ({fl['bindings_per_s']:.0f}/s) | |"
             )
         for name, probe in res.get("client_observed_probe", {}).items():
             bind = probe["client"].get("bind", {})
             lines.append(
                 f"| {label} | probe | | | | | {name} bind client-observed "
-                f"{bind.get('p50_ms', float('nan')):.1f} / {bind.get('p99_ms', float('nan')):.1f}"
-                f" ms |"
+                f"{bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms | |"
             )
     return "\n".join(lines)
 

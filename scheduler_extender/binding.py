@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -192,6 +193,7 @@ class Binder:
                 self.state.reserve(pod.key, node, decision, pod=pod)
             except ReservationConflict as exc:
                 return self._fail(pod, node, f"cannot reserve: {exc}", "conflict")
+        started = time.perf_counter()
         try:
             self.state.bind(pod, node, decision)
         except BindError as exc:
@@ -201,6 +203,9 @@ class Binder:
             self.state.release(pod.key, reservation_only=True)
             log.exception("bind %s -> %s failed", pod, node)
             return self._fail(pod, node, f"{type(exc).__name__}: {exc}", "internal")
+        finally:
+            if self.metrics is not None:
+                self.metrics.bind_api.observe(time.perf_counter() - started)
         if self.metrics is not None:
             self.metrics.decisions.labels(policy=decision.policy).inc()
         gpus = ",".join(str(g) for g in decision.gpus)

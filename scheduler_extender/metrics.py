@@ -28,6 +28,9 @@ class Metrics:
         preemption_nodes: ``gputopo_extender_preemption_nodes_total{outcome}`` — candidate
             nodes of ``/preempt`` kept (``kept``: evicting the proposed victims frees GPUs
             the pod can use) or ``dropped``.
+        bind_api: ``gputopo_extender_bind_api_seconds`` — the state backend's bind call
+            alone (on Kubernetes the Binding's round trip to the API server), so a slow bind
+            can be told apart: the API server's time or the extender's.
     """
 
     def __init__(self) -> None:
@@ -57,6 +60,11 @@ class Metrics:
             "gputopo_extender_preemption_nodes_total",
             "Preemption candidate nodes kept or dropped by the extender.",
             ["outcome"], registry=self.registry,
+        )  # fmt: skip
+        self.bind_api = Histogram(
+            "gputopo_extender_bind_api_seconds",
+            "The state backend's bind call (the Binding's API round trip), seconds.",
+            buckets=_BUCKETS, registry=self.registry,
         )  # fmt: skip
 
     def render(self) -> tuple[bytes, str]:
