@@ -4,7 +4,8 @@ The kubelet's ``GetPreferredAllocation`` and ``Allocate`` carry device IDs and a
 pod. gputopo answers from three facts:
 
 1. **What each pod was given.** The extender's bind wrote the assignment into the pod's
-   annotations (:func:`topology.contract.parse_assignment`) before the pod was bound.
+   annotations (:func:`topology.contract.parse_assignment`) in the same write that bound it
+   (its Binding carries them), so a pod on this node always has them.
 2. **What each pod still needs.** A pod *needs* resource R while some container of it has a
    positive R limit and no allocation record. After each Allocate the plugin records
    ``{resource: {container: [GPU UUIDs]}}`` in the pod annotation ``gputopo.io/allocated``

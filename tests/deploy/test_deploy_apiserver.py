@@ -187,7 +187,6 @@ def test_extender_rbac(cp: ControlPlane, installed: None) -> None:
             ("list", "nodes", {}), ("watch", "nodes", {}), ("get", "nodes", {}),
             ("list", "pods", {}), ("watch", "pods", {}),
             ("get", "pods", {"namespace": "team-a"}),
-            ("patch", "pods", {"namespace": "team-a"}),
             ("create", "pods", {"namespace": "team-a", "subresource": "binding"}),
             ("create", "events", {"namespace": "team-a"}),
             ("create", "events", {"namespace": "team-a", "group": "events.k8s.io"}),
@@ -196,6 +195,7 @@ def test_extender_rbac(cp: ControlPlane, installed: None) -> None:
             ("delete", "pods", {"namespace": "team-a"}),
             ("create", "pods", {"namespace": "team-a"}),
             ("update", "pods", {"namespace": "team-a"}),
+            ("patch", "pods", {"namespace": "team-a"}),  # the Binding carries the annotations
             ("patch", "nodes", {}), ("update", "nodes", {}), ("delete", "nodes", {}),
             ("get", "secrets", {"namespace": NS}), ("list", "configmaps", {}),
             ("patch", "pods", {"namespace": "team-a", "subresource": "status"}),

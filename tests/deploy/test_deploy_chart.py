@@ -268,7 +268,7 @@ def rules(objs: list[Obj], name: str) -> list[Rule]:
 def test_extender_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
     assert rules(variants["default"], "gputopo-extender") == [
         (("",), ("nodes",), ("get", "list", "watch")),
-        (("",), ("pods",), ("get", "list", "patch", "watch")),
+        (("",), ("pods",), ("get", "list", "watch")),  # bind patches nothing: one Binding
         (("",), ("pods/binding",), ("create",)),
         (("", "events.k8s.io"), ("events",), ("create", "patch")),
     ]
