@@ -48,6 +48,18 @@ ANN_VGPU_MEMORY_UNIT = PREFIX + "vgpu-memory-unit-mib"  # MiB per vgpu-memory un
 LABEL_GPU_MODEL = PREFIX + "gpu-model"
 LABEL_TOPOLOGY_CLASS = PREFIX + "topology-class"
 
+# --- the planner (batch/v1 Jobs; docs/planner.md) -------------------------------------------
+LABEL_QUEUE = PREFIX + "queue"  # Job label: the planner manages this Job (value: a queue name)
+ANN_DUE_DATE = PREFIX + "due-date"  # Job, RFC 3339
+ANN_TARDINESS_WEIGHT = PREFIX + "tardiness-weight"  # Job, EUR per hour late
+ANN_JOB_PROFILE = PREFIX + "job-profile"  # Job, key into the profiles document
+ANN_EPOCHS = PREFIX + "epochs"  # Job, epochs to train
+ANN_EPOCHS_DONE = PREFIX + "epochs-done"  # Job, updated by the job (or a sidecar)
+ANN_EPOCH_TIME = PREFIX + "epoch-time-s"  # Job, JSON {"<gpu_model>:<gpus>": seconds}
+ANN_PLAN = PREFIX + "plan"  # Job, output: the planner's decision (JSON)
+ANN_PLANNED_NODE = PREFIX + "planned-node"  # pod (from the Job's template): the extender's
+#                                             filter keeps only this node
+
 # --- outputs (pod annotations written by bind) ---------------------------------------------
 ANN_NODE = PREFIX + "node"
 ANN_GPU_INDICES = PREFIX + "gpu-indices"

@@ -192,3 +192,15 @@ def test_cli(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["simulate", "--workload", "mapa", "--policies", "gputopo",
                               "--out", str(out)])
     assert bad.exit_code == 2 and "--topology is required" in bad.output
+
+
+def test_simulator_energy_equals_the_node_level_integral_of_its_segments() -> None:
+    """The engine's running energy sum and :func:`node_energy_eur` over its segments agree:
+    the simulator and the Kubernetes planner price runs the same way."""
+    from topology.planning.energy import EnergyPrice, node_energy_eur
+
+    w = load_planning_workload("andreas-armida")
+    r = PlanningSimulation(w, "andreas", settings=PlannerSettings(max_iterations=50)).run()
+    power = {n.name: w.power_for(n.gpu_model) for n in w.cluster or ()}
+    segs = [(s.node, s.gpus, s.start_s, s.end_s) for s in r.segments]
+    assert node_energy_eur(segs, power, EnergyPrice()) == pytest.approx(r.energy_cost_eur)

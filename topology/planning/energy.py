@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 #: ANDREAS §V-A: PUE measured in the ARMIDA setup.
@@ -168,3 +169,34 @@ def power_for(model: str, overrides: dict[str, PowerProfile] | None = None) -> P
             "(add one: idle_w and gpu_w in watts)"
         )
     return table[key]
+
+
+def node_energy_eur(intervals: Iterable[tuple[str, int, float, float]],
+                    power: Mapping[str, PowerProfile], price: EnergyPrice) -> float:
+    """Energy cost of jobs run in ``intervals`` = (node, GPUs, start s, end s), EUR, priced per
+    node as the simulator does: node n costs c_ng per hour while g ≥ 1 of its GPUs are busy,
+    nothing while none is (two jobs sharing a node pay its idle power once).
+
+    Raises:
+        EnergyError: an interval on a node without a power profile, or ending before it starts.
+    """
+    events: dict[str, list[tuple[float, int]]] = {}
+    for node, gpus, start, end in intervals:
+        if node not in power:
+            raise EnergyError(f"no power profile for node {node!r}")
+        if end < start:
+            raise EnergyError(f"interval on {node} ends ({end}) before it starts ({start})")
+        if end == start or gpus <= 0:
+            continue
+        events.setdefault(node, []).extend(((start, gpus), (end, -gpus)))
+    total = 0.0
+    for node, evs in events.items():
+        evs.sort()
+        busy = 0
+        last = evs[0][0]
+        for t, delta in evs:
+            if busy > 0:
+                total += node_cost_eur_per_h(power[node], busy, price) * (t - last) / 3600.0
+            busy += delta
+            last = t
+    return total

@@ -185,3 +185,20 @@ def test_remaining_epochs_restart_from_the_snapshot() -> None:
     assert remaining_epochs(10, 12) == 0
     with pytest.raises(ProfileError):
         remaining_epochs(-1, 0)
+
+
+def test_node_energy_counts_idle_power_once_per_busy_node() -> None:
+    """Two 1-GPU jobs overlapping for 1 h on one V100 node: 1 h at 750 W plus 1 h at 500 W
+    (not 2 x 2 h at 500 W); a job alone on another node adds its own hours."""
+    from topology.planning.energy import node_energy_eur
+
+    p = PowerProfile(250.0, 250.0)
+    price = EnergyPrice(pue=1.0, eur_per_kwh=1.0)
+    runs = [("a", 1, 0.0, 7200.0), ("a", 1, 3600.0, 7200.0), ("b", 2, 0.0, 3600.0)]
+    assert node_energy_eur(runs, {"a": p, "b": p}, price) == pytest.approx(
+        0.5 + 0.75 + 0.75)
+    assert node_energy_eur([], {}, price) == 0.0
+    with pytest.raises(EnergyError):
+        node_energy_eur([("c", 1, 0.0, 1.0)], {"a": p}, price)
+    with pytest.raises(EnergyError):
+        node_energy_eur([("a", 1, 5.0, 1.0)], {"a": p}, price)
