@@ -168,7 +168,12 @@ class Binder:
             except BindError as exc:
                 return self._fail(pod, node, str(exc), "api")
             return BindResult()
-        ask = Ask(preq.request, preq.policy or self.policy, pod.uid)
+        ask = Ask(preq.request, preq.policy or self.policy, pod.uid, preq.required_node)
+        if ask.required_node is not None and ask.required_node != node:
+            return self._fail(
+                pod, node, f"the gputopo planner placed this pod on node {ask.required_node}, "
+                "not here (gputopo.io/planned-node)", "planned-elsewhere",
+            )
         with self.node_lock(node):
             view = self.decider.bind_view(node)
             held = self.state.allocation(pod.key)

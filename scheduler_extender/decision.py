@@ -100,11 +100,14 @@ class Ask:
             extender's default).
         pod_uid: the pod's UID ("" when unknown): filter and prioritize of one pod share its
             time budget through it.
+        required_node: the only node the pod may go to (the planner's
+            ``gputopo.io/planned-node``), or None.
     """
 
     request: Request
     policy: str
     pod_uid: str = ""
+    required_node: str | None = None
 
 
 @dataclass(frozen=True)
@@ -354,7 +357,10 @@ class Decider:
                 spent = self._spent.get((ask.pod_uid,)) or 0.0
                 deadline = start + max(self.budget_s - spent, _MIN_SLICE_S)
         call = _Call(ask, self._requests(ask.request.key()), deadline, learn=verb == "filter")
-        rows = self._grouped(call, candidates)
+        if ask.required_node is not None:
+            rows = self._pinned(call, candidates, ask.required_node)
+        else:
+            rows = self._grouped(call, candidates)
         if verb == "filter" and ask.pod_uid and self.budget_s is not None:
             self._spent.put((ask.pod_uid,), time.monotonic() - start)
         if not scored:
@@ -420,6 +426,22 @@ class Decider:
         else:
             published = self.state.node_memory_unit(name) or self._seen_unit.get(name)
         return memory_unit_refusal(published, self.memory_unit_mib)
+
+    def _pinned(self, call: _Call, candidates: Sequence[Candidate],
+                node: str) -> list[NodeDecision]:
+        """Rows for a pod the planner pinned to ``node``: that node is decided as usual, every
+        other fails unresolvably (preempting pods there would not help)."""
+        mine = [c for c in candidates if c.name == node]
+        decided = {r.name: r for r in self._grouped(call, mine)} if mine else {}
+        reason = f"the gputopo planner placed this pod on node {node} (gputopo.io/planned-node)"
+        out = []
+        for c in candidates:
+            if c.name in decided:
+                out.append(decided[c.name])
+            else:
+                out.append(NodeDecision(c.name, c.node, self.state.node_view(c.name),
+                                        Outcome(None, reason, unresolvable=True)))
+        return out
 
     # ------------------------------------------------------------------ grouping
     def _view(self, c: Candidate, by_free: bool) -> NodeView:

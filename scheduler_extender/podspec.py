@@ -27,6 +27,8 @@ Annotations (all optional):
 * ``gputopo.io/policy`` — a registered policy name; default: the extender's.
 * ``gputopo.io/min-utility`` — a number in [0, 1]: with ``topo-aware-p`` the pod stays
   Pending while the best placement's utility is below it (Amaral et al. SC'17 §4).
+* ``gputopo.io/planned-node`` — the node the gputopo planner resumed the pod's Job on: every
+  other node fails filter (unresolvably) and bind refuses them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_MIN_UTILITY,
     ANN_PATTERN,
+    ANN_PLANNED_NODE,
     ANN_POLICY,
     DEFAULT_VGPU_MEMORY_UNIT_MIB,
     RESOURCE_GPU,
@@ -70,10 +73,13 @@ class PodRequest:
         request: the placement request.
         policy: the policy named by ``gputopo.io/policy`` (validated), or None for the
             extender's default.
+        required_node: the node the gputopo planner placed the pod's Job on
+            (``gputopo.io/planned-node``), or None: any node.
     """
 
     request: Request
     policy: str | None = None
+    required_node: str | None = None
 
 
 _SUFFIX = {
@@ -307,7 +313,29 @@ def parse_pod(
     request = request_from_pod(pod, memory_unit_mib=memory_unit_mib)
     if request is None:
         return None
-    return PodRequest(request=request, policy=policy_from_pod(pod))
+    return PodRequest(request=request, policy=policy_from_pod(pod),
+                      required_node=planned_node_of(pod))
+
+
+#: A Kubernetes node name: a DNS-1123 subdomain.
+_NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def planned_node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node named by the pod's ``gputopo.io/planned-node`` annotation (the planner copies
+    it into the pod template of the Jobs it resumes), or None.
+
+    Raises:
+        PodSpecError: the value is not a node name.
+    """
+    meta = pod.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(ann, Mapping) or ANN_PLANNED_NODE not in ann:
+        return None
+    value = ann[ANN_PLANNED_NODE]
+    if not isinstance(value, str) or len(value) > 253 or not _NODE_NAME.fullmatch(value):
+        raise PodSpecError(f"annotation {ANN_PLANNED_NODE}={value!r} is not a node name")
+    return value
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:

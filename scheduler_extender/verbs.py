@@ -97,7 +97,7 @@ class Extender:
         return ref, preq
 
     def _ask(self, ref: PodRef, preq: PodRequest) -> Ask:
-        return Ask(preq.request, preq.policy or self.policy, ref.uid)
+        return Ask(preq.request, preq.policy or self.policy, ref.uid, preq.required_node)
 
     # ------------------------------------------------------------------ verbs
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
