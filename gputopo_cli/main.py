@@ -12,7 +12,7 @@ import typer
 app = typer.Typer(
     name="gputopo",
     help="Topology-aware GPU scheduling for Kubernetes: placement policies, scheduler "
-    "extender, device plugin, simulator.",
+    "extender, device plugin, job planner, simulator.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "gputopo_cli.cmd_simulate",
     "gputopo_cli.cmd_cluster",
     "gputopo_cli.cmd_pin",
+    "gputopo_cli.cmd_planner",
 )
 
 for _mod in COMMAND_MODULES:

@@ -1,0 +1,232 @@
+"""The planner's edge to the Kubernetes API — the only module that talks to it (the kubernetes
+client, raw JSON: ``_preload_content=False`` everywhere).
+
+:class:`KubeApi` is what the controller needs; :class:`KubeClient` implements it against a real
+API server, and tests implement it with a fake.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+from topology.contract import LABEL_QUEUE
+
+log = logging.getLogger("gputopo.planner")
+
+#: Pods that may hold GPUs (finished ones do not).
+POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class ApiError(RuntimeError):
+    """An API call failed; ``status`` is the HTTP status (0 when there was none)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubeApi(Protocol):
+    """What the planner asks of the API server."""
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """All Nodes."""
+        ...
+
+    def list_jobs(self) -> tuple[list[dict[str, Any]], str]:
+        """The managed Jobs and the list's resourceVersion."""
+        ...
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        """Pods that may hold GPUs (not Succeeded/Failed), every namespace."""
+        ...
+
+    def list_job_pods(self) -> list[dict[str, Any]]:
+        """Pods of managed Jobs (label ``gputopo.io/queue``, every phase)."""
+        ...
+
+    def patch_job(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+        """Apply a JSON Patch to a Job (ApiError 409/422 when a ``test`` op fails)."""
+        ...
+
+    def event(self, job: Mapping[str, Any], reason: str, message: str,
+              kind: str = "Normal") -> None:
+        """Record an Event on a Job."""
+        ...
+
+    def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
+        """A ConfigMap's data, or None when it does not exist."""
+        ...
+
+
+class KubeClient:
+    """:class:`KubeApi` over the kubernetes client.
+
+    Args:
+        kubeconfig: kubeconfig file, or None for the in-cluster service account. Either also
+            becomes the client's default configuration (the Lease lock of
+            ``kubernetes.leaderelection`` uses the default).
+        namespace: Jobs' namespace ("" = all).
+        queue: only Jobs whose queue label has this value ("" = any).
+
+    Raises:
+        ApiError: the configuration cannot be loaded.
+    """
+
+    def __init__(self, kubeconfig: Path | None, namespace: str = "", queue: str = "") -> None:
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        try:
+            if kubeconfig is not None:
+                config.load_kube_config(config_file=str(kubeconfig))
+            else:
+                config.load_incluster_config()
+        except (ConfigException, OSError) as exc:
+            where = f"kubeconfig {str(kubeconfig)!r}" if kubeconfig else "in-cluster config"
+            raise ApiError(f"cannot load {where}: {exc}"
+                           + ("" if kubeconfig else " (outside a cluster pass --kubeconfig)")
+                           ) from None
+        self.api = client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+        self.namespace = namespace
+        self.selector = f"{LABEL_QUEUE}={queue}" if queue else LABEL_QUEUE
+        self.instance = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+
+    # ------------------------------------------------------------------ reads
+    def _list(self, fn: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
+        from kubernetes.client.exceptions import ApiException
+
+        items: list[dict[str, Any]] = []
+        cont: str | None = None
+        rv = ""
+        try:
+            while True:
+                extra = {"_continue": cont} if cont else {}
+                resp = fn(limit=500, _preload_content=False, **kwargs, **extra)
+                data = json.loads(resp.data)
+                items.extend(data.get("items") or [])
+                meta = data.get("metadata") or {}
+                rv = meta.get("resourceVersion") or rv
+                cont = meta.get("continue")
+                if not cont:
+                    return items, rv
+        except ApiException as exc:
+            raise ApiError(f"list failed: {exc.status} {exc.reason}", exc.status or 0) from None
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return self._list(self.core.list_node)[0]
+
+    def list_jobs(self) -> tuple[list[dict[str, Any]], str]:
+        if self.namespace:
+            return self._list(self.batch.list_namespaced_job, namespace=self.namespace,
+                              label_selector=self.selector)
+        return self._list(self.batch.list_job_for_all_namespaces, label_selector=self.selector)
+
+    def list_pods(self) -> list[dict[str, Any]]:
+        return self._list(self.core.list_pod_for_all_namespaces,
+                          field_selector=POD_FIELD_SELECTOR)[0]
+
+    def list_job_pods(self) -> list[dict[str, Any]]:
+        if self.namespace:
+            return self._list(self.core.list_namespaced_pod, namespace=self.namespace,
+                              label_selector=self.selector)[0]
+        return self._list(self.core.list_pod_for_all_namespaces,
+                          label_selector=self.selector)[0]
+
+    def watch_jobs(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Job events ``{"type", "object"}`` from ``resource_version``; ends on timeout.
+
+        Raises:
+            ApiError: the watch failed (status 410: the resourceVersion is too old).
+        """
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        fn: Any
+        kwargs: dict[str, Any] = {"label_selector": self.selector}
+        if self.namespace:
+            fn, kwargs["namespace"] = self.batch.list_namespaced_job, self.namespace
+        else:
+            fn = self.batch.list_job_for_all_namespaces
+
+        def raw(**kw: Any) -> Any:
+            return fn(**kw)
+
+        w = watch.Watch()
+        try:
+            for event in w.stream(raw, resource_version=resource_version or None,
+                                  timeout_seconds=timeout_s, allow_watch_bookmarks=True,
+                                  _request_timeout=(10, timeout_s + 30), **kwargs):
+                if isinstance(event, dict):
+                    if event.get("type") == "ERROR":
+                        obj = event.get("raw_object") or {}
+                        code = int(obj.get("code") or 0) if isinstance(obj, dict) else 0
+                        raise ApiError(f"watch error {code}", code)
+                    yield {"type": event.get("type"),
+                           "object": event.get("raw_object", event.get("object"))}
+        except ApiException as exc:
+            raise ApiError(f"watch failed: {exc.status} {exc.reason}", exc.status or 0) from None
+        finally:
+            w.stop()
+
+    def read_configmap(self, namespace: str, name: str) -> dict[str, str] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            resp = self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise ApiError(f"read configmap {namespace}/{name}: {exc.status} {exc.reason}",
+                           exc.status or 0) from None
+        data = json.loads(cast(Any, resp).data).get("data") or {}
+        return {str(k): str(v) for k, v in data.items()}
+
+    # ------------------------------------------------------------------ writes
+    def patch_job(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            self.batch.patch_namespaced_job(name, namespace, [dict(op) for op in ops],
+                                            _content_type="application/json-patch+json",
+                                            _preload_content=False)
+        except ApiException as exc:
+            detail = ""
+            try:
+                detail = json.loads(exc.body or "{}").get("message", "")
+            except (json.JSONDecodeError, AttributeError):
+                detail = str(exc.body or "")
+            raise ApiError(f"patch job {namespace}/{name}: {exc.status} {detail or exc.reason}",
+                           exc.status or 0) from None
+
+    def event(self, job: Mapping[str, Any], reason: str, message: str,
+              kind: str = "Normal") -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        meta = job.get("metadata") or {}
+        now = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        ns = str(meta.get("namespace", "default"))
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta.get('name', 'job')}.", "namespace": ns},
+            "involvedObject": {"apiVersion": "batch/v1", "kind": "Job", "namespace": ns,
+                               "name": meta.get("name"), "uid": meta.get("uid"),
+                               "resourceVersion": meta.get("resourceVersion")},
+            "reason": reason, "message": message[:1024], "type": kind,
+            "source": {"component": "gputopo-planner"},
+            "reportingComponent": "gputopo.io/planner", "reportingInstance": self.instance,
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1, "action": reason,
+        }
+        try:
+            self.core.create_namespaced_event(ns, cast(Any, body), _preload_content=False)
+        except ApiException as exc:  # an Event is best effort
+            log.warning("event %s on %s/%s not recorded: %s", reason, ns, meta.get("name"),
+                        exc.reason)

@@ -1,0 +1,107 @@
+"""Running the planner as a service: the Job watch, leader election (a coordination.k8s.io
+Lease, ``kubernetes.leaderelection``), the metrics server, and the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+
+from planner.controller import Planner
+from planner.kube import ApiError, KubeClient
+from planner.metrics import Metrics, serve
+from planner.settings import PlannerSettings
+
+log = logging.getLogger("gputopo.planner")
+
+#: Server-side timeout of one watch call, s (the watch is then re-opened).
+WATCH_TIMEOUT_S = 300
+
+
+def watch_jobs(api: KubeClient, planner: Planner, stop: threading.Event) -> None:
+    """Feed managed-Job events to :meth:`Planner.observe` until ``stop`` (list, then watch
+    from the list's resourceVersion; relist after 410 Gone or an error)."""
+    rv = ""
+    while not stop.is_set():
+        try:
+            if not rv:
+                items, rv = api.list_jobs()
+                for obj in items:
+                    planner.observe("SYNC", obj)
+            for event in api.watch_jobs(rv, WATCH_TIMEOUT_S):
+                if stop.is_set():
+                    return
+                obj = event.get("object") or {}
+                if event.get("type") == "BOOKMARK":
+                    rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                    continue
+                rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
+                planner.observe(str(event.get("type")), obj)
+        except ApiError as exc:
+            if exc.status == 410:
+                rv = ""
+                continue
+            log.warning("job watch failed, retrying: %s", exc)
+            rv = ""
+            stop.wait(2.0)
+        except Exception:  # noqa: BLE001 - the watch must come back
+            log.exception("job watch failed, retrying")
+            rv = ""
+            stop.wait(2.0)
+
+
+def run(settings: PlannerSettings) -> None:
+    """Start the planner and block (until the process is stopped, or the Lease is lost: then
+    it exits with status 1 so that its Deployment restarts it as a follower).
+
+    Raises:
+        ApiError: the Kubernetes configuration cannot be loaded.
+    """
+    api = KubeClient(settings.kubeconfig, settings.namespace, settings.queue)
+    # the library logs every renewal at INFO
+    logging.getLogger("leaderelection").setLevel(logging.WARNING)
+    metrics = Metrics()
+    if settings.metrics_port:
+        serve(metrics, settings.metrics_host, settings.metrics_port)
+    planner = Planner(api, settings, metrics)
+    stop = threading.Event()
+
+    def lead() -> None:
+        metrics.leader.set(1)
+        log.info("planner leading: every %.0f s and on Job events", settings.interval_s)
+        threading.Thread(target=watch_jobs, args=(api, planner, stop), daemon=True,
+                         name="gputopo-planner-watch").start()
+        planner.run()
+
+    if not settings.leader_elect:
+        lead()
+        return
+
+    from kubernetes.leaderelection import electionconfig, leaderelection
+    from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+    identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+    def lost() -> None:
+        metrics.leader.set(0)
+        stop.set()
+        planner.stop()
+        log.error("planner lost its lease %s/%s; exiting", settings.lease_namespace,
+                  settings.lease_name)
+        sys.stdout.flush()
+        os._exit(1)  # the library's renew loop cannot be interrupted otherwise
+
+    lock = LeaseLock(settings.lease_name, settings.lease_namespace, identity)
+    cfg = electionconfig.Config(
+        lock, settings.lease_duration_s, settings.renew_deadline_s, settings.retry_period_s,
+        lead, lost)
+    log.info("planner %s waiting for lease %s/%s", identity, settings.lease_namespace,
+             settings.lease_name)
+    while True:  # the library returns when it stops leading or gives up acquiring
+        leaderelection.LeaderElection(cfg).run()
+        time.sleep(settings.retry_period_s)

@@ -1,0 +1,163 @@
+"""Planner settings: CLI flags > environment (``GPUTOPO_PLANNER_*``) > config file (YAML) >
+defaults. :func:`load_settings` turns every problem into one :class:`SettingsError` line (the
+CLI exits 2 with it).
+
+Config file example (keys are the field names; dashes are accepted for underscores)::
+
+    interval_s: 300
+    namespace: ""                  # all namespaces
+    profiles_configmap: gputopo-system/gputopo-job-profiles
+    rho: 100
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from topology.planning.andreas import DEFAULT_INTERVAL_S, DEFAULT_MAX_ITERATIONS, DEFAULT_RHO
+from topology.planning.energy import DEFAULT_EUR_PER_KWH, DEFAULT_PUE
+
+ENV_PREFIX = "GPUTOPO_PLANNER_"
+
+
+class SettingsError(ValueError):
+    """Settings are invalid; ``str(exc)`` is one line naming the setting."""
+
+
+class PlannerSettings(BaseSettings):
+    """Everything ``gputopo planner`` can be told.
+
+    Attributes:
+        kubeconfig: kubeconfig file (None = in-cluster service account).
+        namespace: namespace of the Jobs it manages ("" = all namespaces).
+        queue: manage only Jobs whose ``gputopo.io/queue`` label has this value ("" = any).
+        interval_s: seconds between periodic rescheduling points (ANDREAS: 300); arrivals and
+            completions trigger one too.
+        debounce_s: events closer than this are handled by one rescheduling point, s.
+        profiles_configmap: ``namespace/name`` of the ConfigMap whose ``profiles.yaml`` key is
+            the profile document ("" = none).
+        profiles_file: a profile document on disk (read when the ConfigMap is not set).
+        rho: ρ, postponement penalty coefficient (ANDREAS §V-B: 100).
+        max_iterations: MaxIt_RG (ANDREAS §V: 1,000).
+        pue: Power Usage Effectiveness (ANDREAS §V-A: 1.33).
+        eur_per_kwh: energy price (ANDREAS §V-A: 0.172).
+        restart_s: what a moved or resized Job loses besides its unsaved epoch (pod restart,
+            snapshot load), s; charged when the plan moves a running Job.
+        move_penalty_eur: a fixed charge per running Job the plan moves or preempts, EUR (the
+            simulator's ``andreas-stable``).
+        seed: the Randomized Greedy's seed.
+        leader_elect: take a coordination.k8s.io Lease before acting (one active planner).
+        lease_name, lease_namespace: the Lease.
+        lease_duration_s, renew_deadline_s, retry_period_s: leader-election timing.
+        metrics_port: Prometheus metrics and /healthz on this port (0 = none).
+        metrics_host: listen address of the metrics server.
+        log_level: ``debug`` / ``info`` / ``warning`` / ``error``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", case_sensitive=False, validate_default=True
+    )
+
+    kubeconfig: Path | None = None
+    namespace: str = ""
+    queue: str = ""
+    interval_s: float = Field(default=DEFAULT_INTERVAL_S, gt=0, le=86_400)
+    debounce_s: float = Field(default=1.0, ge=0, le=60)
+    profiles_configmap: str = ""
+    profiles_file: Path | None = None
+    rho: float = Field(default=DEFAULT_RHO, ge=0)
+    max_iterations: int = Field(default=DEFAULT_MAX_ITERATIONS, ge=1, le=1_000_000)
+    pue: float = Field(default=DEFAULT_PUE, ge=1)
+    eur_per_kwh: float = Field(default=DEFAULT_EUR_PER_KWH, ge=0)
+    restart_s: float = Field(default=60.0, ge=0)
+    move_penalty_eur: float = Field(default=0.02, ge=0)
+    seed: int = 0
+    leader_elect: bool = True
+    lease_name: str = "gputopo-planner"
+    lease_namespace: str = "gputopo-system"
+    lease_duration_s: int = Field(default=15, ge=1)
+    renew_deadline_s: int = Field(default=10, ge=1)
+    retry_period_s: int = Field(default=2, ge=1)
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    metrics_host: str = "0.0.0.0"
+    log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, v: object) -> object:
+        return v.strip().lower() if isinstance(v, str) else v
+
+    @field_validator("profiles_configmap")
+    @classmethod
+    def _ns_name(cls, v: str) -> str:
+        v = v.strip()
+        if v and (v.count("/") != 1 or not all(v.split("/"))):
+            raise ValueError(f"{v!r} is not namespace/name")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlannerSettings:
+        for f in (self.kubeconfig, self.profiles_file):
+            if f is not None and not f.is_file():
+                raise ValueError(f"file {str(f)!r} does not exist")
+        if self.renew_deadline_s >= self.lease_duration_s:
+            raise ValueError("renew_deadline_s must be shorter than lease_duration_s")
+        if self.renew_deadline_s <= 1.2 * self.retry_period_s:
+            raise ValueError("renew_deadline_s must exceed 1.2 x retry_period_s")
+        return self
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML config file into setting names → values.
+
+    Raises:
+        SettingsError: missing file, invalid YAML, not a mapping, or unknown keys.
+    """
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"config file {str(path)!r} is not valid YAML: "
+                            f"{' '.join(str(exc).split())}") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SettingsError(f"config file {str(path)!r} must be a mapping of settings")
+    data = {str(k).replace("-", "_"): v for k, v in raw.items()}
+    unknown = sorted(set(data) - set(PlannerSettings.model_fields))
+    if unknown:
+        known = ", ".join(PlannerSettings.model_fields)
+        raise SettingsError(f"config file {str(path)!r}: unknown setting(s) "
+                            f"{', '.join(unknown)}; known: {known}")
+    return data
+
+
+def load_settings(cli: Mapping[str, Any] | None = None,
+                  config_file: Path | None = None) -> PlannerSettings:
+    """Resolve the settings: ``cli`` (None values ignored) > env > ``config_file`` > defaults.
+
+    Raises:
+        SettingsError: any invalid value (one line, naming the setting).
+    """
+    import os
+
+    overrides = {k: v for k, v in (cli or {}).items() if v is not None}
+    data = read_config_file(config_file) if config_file is not None else {}
+    env = {k.removeprefix(ENV_PREFIX).lower() for k in os.environ if k.startswith(ENV_PREFIX)}
+    merged = {k: v for k, v in data.items() if k not in env}  # env beats the file
+    merged.update(overrides)
+    try:
+        return PlannerSettings(**merged)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        prefix = f"setting {where}: " if where else ""
+        raise SettingsError(" ".join(f"{prefix}{msg}".split())) from None
