@@ -47,13 +47,31 @@ DEPLOY_MANIFEST = repo_root() / "deploy" / "gputopo.yaml"
 DEFAULT_RELEASE = "gputopo"
 DEFAULT_NAMESPACE = "gputopo-system"
 
+
+def pinned_kube_version() -> str:
+    """``K8S_VERSION`` of ``scripts/k8s-versions.env`` (the local control plane's version):
+    what ``helm template`` renders for, since the chart requires Kubernetes >= 1.36 and helm
+    alone assumes an old version."""
+    import re
+
+    for line in (repo_root() / "scripts" / "k8s-versions.env").read_text().splitlines():
+        m = re.match(r"^K8S_VERSION=(\S+)", line)
+        if m:
+            return m.group(1)
+    raise RuntimeError("K8S_VERSION not found in scripts/k8s-versions.env")
+
+
+KUBE_VERSION = pinned_kube_version()
+
 ENV_HELM = "GPUTOPO_HELM"
 
 DEPLOY_HEADER = f"""\
-# gputopo: plain Kubernetes manifests (extender, gputopo-scheduler, device plugin, RBAC).
+# gputopo: plain Kubernetes manifests (extender, gputopo-scheduler, device plugin, planner,
+# RBAC). Needs Kubernetes 1.36 or later.
 #
 # GENERATED - do not edit. This file is exactly
-#   helm template {DEFAULT_RELEASE} helm/gputopo --namespace {DEFAULT_NAMESPACE}
+#   helm template {DEFAULT_RELEASE} helm/gputopo --namespace {DEFAULT_NAMESPACE} \\
+#     --kube-version {KUBE_VERSION}
 # with the chart's default values, below this header. Regenerate with scripts/render-deploy.sh
 # (tests/deploy/test_deploy_chart.py fails when it drifts from the chart).
 #
@@ -119,7 +137,8 @@ def helm_template(
     extra_args: Sequence[str] = (),
     timeout_s: float = 120.0,
 ) -> str:
-    """``helm template <release> <chart> --namespace <namespace>`` and return its stdout.
+    """``helm template <release> <chart> --namespace <namespace> --kube-version
+    <KUBE_VERSION>`` and return its stdout.
 
     Args:
         values: chart values (nested mapping, as in ``values.yaml``), passed as a values file.
@@ -138,7 +157,8 @@ def helm_template(
     """
     exe = helm or find_helm()
     with tempfile.TemporaryDirectory(prefix="gputopo-helm-") as tmp:
-        args: list[str] = [str(exe), "template", release, str(chart), "--namespace", namespace]
+        args: list[str] = [str(exe), "template", release, str(chart), "--namespace", namespace,
+                           "--kube-version", KUBE_VERSION]
         if values:
             values_file = Path(tmp) / "values.yaml"
             values_file.write_text(yaml.safe_dump(dict(values), sort_keys=False))

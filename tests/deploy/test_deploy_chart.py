@@ -81,7 +81,8 @@ def test_helm_lint_strict(helm_available: None, tls: TlsMaterial, variant: str,
     vfile = tmp_path / "values.yaml"
     vfile.write_text(yaml.safe_dump(values))
     proc = subprocess.run(
-        [str(find_helm()), "lint", "--strict", str(CHART_DIR), "--values", str(vfile)],
+        [str(find_helm()), "lint", "--strict", str(CHART_DIR), "--values", str(vfile),
+         "--kube-version", pinned_versions()["K8S_VERSION"]],
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -126,6 +127,14 @@ def test_default_objects(variants: dict[str, list[Obj]]) -> None:
         ("ClusterRole", "gputopo-device-plugin"),
         ("ClusterRoleBinding", "gputopo-device-plugin"),
         ("DaemonSet", "gputopo-device-plugin"),
+        ("ServiceAccount", "gputopo-planner"),
+        ("ClusterRole", "gputopo-planner"),
+        ("ClusterRoleBinding", "gputopo-planner"),
+        ("Role", "gputopo-planner"),
+        ("RoleBinding", "gputopo-planner"),
+        ("ConfigMap", "gputopo-planner"),
+        ("ConfigMap", "gputopo-planner-profiles"),
+        ("Deployment", "gputopo-planner"),
     ])
 
 
@@ -279,6 +288,52 @@ def test_device_plugin_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -
         (("",), ("nodes",), ("get", "patch")),
         (("",), ("pods",), ("get", "list", "patch", "watch")),
     ]
+
+
+def test_planner_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
+    assert rules(variants["default"], "gputopo-planner") == [
+        (("",), ("nodes", "pods"), ("get", "list", "watch")),
+        (("batch",), ("jobs",), ("get", "list", "patch", "watch")),
+        (("",), ("events",), ("create", "patch")),
+    ]
+    role = find(variants["default"], "Role", "gputopo-planner")
+    assert [(r["apiGroups"], r["resources"], sorted(r["verbs"])) for r in role["rules"]] == [
+        (["coordination.k8s.io"], ["leases"], ["create", "get", "update"]),
+        ([""], ["configmaps"], ["get"]),
+    ]
+
+
+def test_planner_settings_and_profiles_are_accepted_by_the_planner(
+    variants: dict[str, list[Obj]], tmp_path: Path
+) -> None:
+    from planner.settings import load_settings
+    from topology.planning.profiles import load_profiles
+
+    cm = find(variants["default"], "ConfigMap", "gputopo-planner")
+    path = tmp_path / "planner.yaml"
+    path.write_text(cm["data"]["planner.yaml"])
+    s = load_settings({}, path)  # unknown keys or bad values would raise
+    assert (s.interval_s, s.rho, s.max_iterations, s.pue, s.eur_per_kwh) == (
+        300, 100, 1000, 1.33, 0.172)
+    assert s.leader_elect and s.lease_namespace == "gputopo-system"
+    assert s.profiles_configmap == "gputopo-system/gputopo-planner-profiles"
+    profiles = find(variants["default"], "ConfigMap", "gputopo-planner-profiles")
+    doc = load_profiles(profiles["data"]["profiles.yaml"])
+    assert set(doc.profiles) == {"efficientnet", "convnet", "lstm-big", "lstm-small"}
+    dep = find(variants["default"], "Deployment", "gputopo-planner")
+    c = container(dep)
+    assert c["args"] == ["planner", "--config=/etc/gputopo/planner.yaml"]
+    assert c["ports"][0]["containerPort"] == s.metrics_port
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert dep["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9464"
+
+
+def test_chart_states_its_minimum_kubernetes_version(helm_available: None) -> None:
+    """The planner resizes suspended Jobs (KEP-5440, on by default from 1.36)."""
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.36.0-0"
+    with pytest.raises(ChartError, match="kubeVersion"):
+        helm_template(extra_args=["--kube-version", "v1.35.0"])
 
 
 def test_scheduler_bindings(variants: dict[str, list[Obj]]) -> None:
@@ -517,7 +572,7 @@ def test_service_monitor_optional(helm_available: None) -> None:
 
 def test_components_can_be_switched_off(helm_available: None) -> None:
     objs = render_manifests({"devicePlugin": {"enabled": False},
-                             "scheduler": {"enabled": False}})
+                             "scheduler": {"enabled": False}, "planner": {"enabled": False}})
     assert {o["metadata"]["name"] for o in objs} == {"gputopo-extender"}
     objs = render_manifests({"extender": {"enabled": False,
                                           "urlOverride": "http://gputopo.example:8888"}})

@@ -354,3 +354,26 @@ spec:
         {{- toYaml $affinity | nindent 8 }}
       {{- end }}
 {{- end -}}
+
+{{- define "gputopo.planner.fullname" -}}{{ include "gputopo.fullname" . }}-planner{{- end -}}
+
+{{/* The planner's settings file (keys of planner.settings.PlannerSettings). */}}
+{{- define "gputopo.planner.settings" -}}
+{{- $p := .Values.planner -}}
+namespace: {{ $p.namespace | quote }}
+queue: {{ $p.queue | quote }}
+interval_s: {{ $p.intervalSeconds }}
+profiles_configmap: {{ printf "%s/%s-profiles" .Release.Namespace (include "gputopo.planner.fullname" .) }}
+rho: {{ $p.rho }}
+max_iterations: {{ $p.maxIterations }}
+pue: {{ $p.pue }}
+eur_per_kwh: {{ $p.eurPerKWh }}
+restart_s: {{ $p.restartSeconds }}
+move_penalty_eur: {{ $p.movePenaltyEUR }}
+leader_elect: true
+lease_name: {{ include "gputopo.planner.fullname" . }}
+lease_namespace: {{ .Release.Namespace }}
+metrics_host: 0.0.0.0
+metrics_port: {{ $p.metricsPort }}
+log_level: {{ $p.logLevel }}
+{{- end -}}
