@@ -4,7 +4,7 @@ Lookup order:
 
 1. ``GPUTOPO_SKIP_E2E=1`` in the environment: :class:`BinariesUnavailable` at once, nothing built.
 2. ``GPUTOPO_K8S_BINDIR``: a directory holding ``etcd``, ``kube-apiserver``, ``kube-scheduler``,
-   ``kwok`` and optionally ``helm``. Nothing is built for it.
+   ``kwok`` and optionally ``helm`` and ``kube-controller-manager``. Nothing is built for it.
 3. The version-keyed toolset directory of ``scripts/build-k8s-tools.sh --print-bindir`` (under
    ``${GPUTOPO_CACHE:-~/.cache/gputopo}/bin``); when a binary is missing there the script is run
    (cold: tens of minutes on 2 cores; warm: seconds).
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REQUIRED_TOOLS: tuple[str, ...] = ("etcd", "kube-apiserver", "kube-scheduler", "kwok")
-OPTIONAL_TOOLS: tuple[str, ...] = ("helm",)
+OPTIONAL_TOOLS: tuple[str, ...] = ("helm", "kube-controller-manager")
 
 ENV_BINDIR = "GPUTOPO_K8S_BINDIR"
 ENV_SKIP = "GPUTOPO_SKIP_E2E"
@@ -40,6 +40,7 @@ class Binaries:
     kube_scheduler: Path
     kwok: Path
     helm: Path | None = None
+    kube_controller_manager: Path | None = None
 
     @classmethod
     def from_dir(cls, bindir: Path) -> Binaries:
@@ -65,6 +66,7 @@ class Binaries:
             kube_scheduler=scheduler,
             kwok=kwok,
             helm=found["helm"],
+            kube_controller_manager=found["kube-controller-manager"],
         )
 
 

@@ -1,6 +1,8 @@
-"""A throwaway control plane on loopback: etcd, kube-apiserver, kube-scheduler, kwok.
+"""A throwaway control plane on loopback: etcd, kube-apiserver, kube-scheduler, kwok, and on
+demand kube-controller-manager (:meth:`ControlPlane.start_controller_manager`, the Job
+controller only).
 
-There is no controller-manager and no kubelet. Consequences handled here (see
+There is no kubelet, and by default no controller-manager. Consequences handled here (see
 ``shared/docs/CONTROL-PLANE-NOTES.md``):
 
 * nobody creates the ``default`` ServiceAccount: :meth:`ControlPlane.create_default_serviceaccount`;
@@ -469,21 +471,69 @@ class ControlPlane:
         self._wait_ready(proc, healthy, f"{name} /healthz")
         return proc
 
+    def start_controller_manager(
+        self, controllers: Sequence[str] = ("job",), extra_args: Sequence[str] = ()
+    ) -> ManagedProcess:
+        """Start kube-controller-manager running only ``controllers`` (default: the Job
+        controller, which creates a resumed Job's pods and deletes a suspended Job's) and wait
+        for its ``/healthz``. Leader election is off.
+
+        Raises:
+            ControlPlaneError: not started, no kube-controller-manager binary, or it died / was
+                not healthy in time.
+        """
+        if self.binaries.kube_controller_manager is None:
+            raise ControlPlaneError(
+                "kube-controller-manager not found among the control-plane binaries; run "
+                "scripts/build-k8s-tools.sh"
+            )
+        port = free_port()
+        proc = self._spawn(
+            "kube-controller-manager",
+            [
+                self.binaries.kube_controller_manager,
+                f"--kubeconfig={self.kubeconfig_path}",
+                f"--authentication-kubeconfig={self.kubeconfig_path}",
+                f"--authorization-kubeconfig={self.kubeconfig_path}",
+                f"--controllers={','.join(controllers)}",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                f"--cert-dir={self.workdir / 'kube-controller-manager-certs'}",
+                f"--v={self._verbosity}",
+                *extra_args,
+            ],
+        )
+        insecure = ssl.create_default_context()
+        insecure.check_hostname = False
+        insecure.verify_mode = ssl.CERT_NONE
+
+        def healthy() -> bool:
+            url = f"https://127.0.0.1:{port}/healthz"
+            with urllib.request.urlopen(url, timeout=2, context=insecure) as resp:
+                return bool(resp.status == 200)
+
+        self._wait_ready(proc, healthy, "kube-controller-manager /healthz")
+        return proc
+
     def start_kwok(
         self,
         extra_args: Sequence[str] = (),
         pod_cidr: str = "10.244.0.1/16",
+        stages: Path | None = None,
     ) -> ManagedProcess:
         """Start kwok managing every node annotated ``kwok.x-k8s.io/node=fake``.
 
         kwok keeps those nodes Ready (heartbeats), moves pods bound to them to Running (with a
-        pod IP from ``pod_cidr``) and finalises deleted pods. Uses the default stages written by
-        the build script (``kwok-stages.yaml`` beside the kwok binary).
+        pod IP from ``pod_cidr``) and finalises deleted pods. Uses ``stages``, else the default
+        stages written by the build script (``kwok-stages.yaml`` beside the kwok binary;
+        :meth:`default_kwok_stages`).
 
         Raises:
             ControlPlaneError: no stages file, or kwok died / was not healthy in time.
         """
-        stages = self._kwok_stages()
+        stages = stages or self._kwok_stages()
         port = free_port()
         proc = self._spawn(
             "kwok",
@@ -506,6 +556,10 @@ class ControlPlane:
 
         self._wait_ready(proc, healthy, "kwok /healthz")
         return proc
+
+    def default_kwok_stages(self) -> Path:
+        """The build script's kwok stages file (kwokctl's default stages)."""
+        return self._kwok_stages()
 
     def _kwok_stages(self) -> Path:
         candidates = [self.binaries.kwok.parent / "kwok-stages.yaml"]

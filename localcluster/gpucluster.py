@@ -536,15 +536,16 @@ class GpuCluster:
         extender: bool = True,
         scheduler: bool = True,
         unit_mib: int = KWOK_VGPU_MEMORY_UNIT_MIB,
+        kwok_stages: Path | None = None,
     ) -> None:
-        """Start kwok, create the namespace and GPU nodes, then the extender and the
-        scheduler (each optional).
+        """Start kwok (with ``kwok_stages``, else its default stages), create the namespace
+        and GPU nodes, then the extender and the scheduler (each optional).
 
         Raises:
             ControlPlaneError: a process did not start.
             kubernetes.client.exceptions.ApiException: the API server refused an object.
         """
-        self.cp.start_kwok()
+        self.cp.start_kwok(stages=kwok_stages)
         self.cp.create_default_serviceaccount(self.namespace)
         for name, machine in nodes:
             self.nodes[name] = add_gpu_node(self.cp, name, machine, unit_mib=unit_mib)
