@@ -27,6 +27,11 @@ def register(app: typer.Typer) -> None:
         kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")] = None,
         vgpu_memory_unit_mib: Annotated[int | None, typer.Option("--vgpu-memory-unit-mib", help="MiB per gputopo.io/vgpu-memory device, as the device plugins publish it (default 256)")] = None,
         bind_concurrency: Annotated[int | None, typer.Option("--bind-concurrency", help="binds served at once: threads and API connections kept for Bindings (default 16)")] = None,
+        colocation_policy: Annotated[str | None, typer.Option("--colocation-policy", help="policy for gputopo.io/gpu-shared pods when --policy does not co-locate (default gputopo)")] = None,
+        colocation_threshold: Annotated[float | None, typer.Option("--colocation-threshold", help="Tabrizian's threshold on the sum of C of a co-located set (Eq. 4.3 units; default 4e7)")] = None,
+        profile_catalog: Annotated[str | None, typer.Option("--profile-catalog", help="shipped profile catalog (v100-cifar10-w10, v100-cifar10-w2) or a catalog file")] = None,
+        user_profiles: Annotated[Path | None, typer.Option("--user-profiles", help="your own profile catalog file (e.g. a mounted ConfigMap), before the shipped one; re-read on change")] = None,
+        measured_profiles: Annotated[Path | None, typer.Option("--measured-profiles", help="profiles measured with dcgm-exporter (the profile recorder's file), after the catalogs; re-read on change")] = None,
         config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_EXTENDER_* env > file > defaults)")] = None,
     ) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
@@ -44,6 +49,10 @@ def register(app: typer.Typer) -> None:
                     "log_level": log_level, "policy": policy, "state": state, "nodes": nodes,
                     "kubeconfig": kubeconfig, "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
                     "bind_concurrency": bind_concurrency,
+                    "colocation_policy": colocation_policy,
+                    "colocation_threshold": colocation_threshold,
+                    "profile_catalog": profile_catalog, "user_profiles": user_profiles,
+                    "measured_profiles": measured_profiles,
                 },
                 config,
             )  # fmt: skip

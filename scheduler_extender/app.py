@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.routes import binding, health, metrics, preemption, scheduling
 from scheduler_extender.routes.deps import Runtime, json_response
 from scheduler_extender.settings import ExtenderSettings
@@ -80,6 +81,9 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     extender = Extender(
         state, settings.policy, counters, budget_ms=settings.eval_budget_ms or None,
         workers=settings.eval_workers, memory_unit_mib=settings.vgpu_memory_unit_mib,
+        profiles=ProfileLayers(settings.profile_catalog, settings.user_profiles,
+                               settings.measured_profiles, settings.colocation_threshold),
+        colocation_policy=settings.colocation_policy,
     )
     rt = Runtime(extender=extender, metrics=counters,
                  bind_limiter=CapacityLimiter(settings.bind_concurrency))

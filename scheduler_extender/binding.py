@@ -33,7 +33,14 @@ from dataclasses import dataclass
 
 from scheduler_extender.decision import Ask, BadRequest, Decider
 from scheduler_extender.metrics import Metrics
-from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
+from scheduler_extender.podspec import (
+    PodRequest,
+    PodSpecError,
+    choose_policy,
+    parse_pod,
+    pod_identity,
+)
+from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import BindError, ClusterState, PodRef, ReservationConflict
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.base import Decision
@@ -106,7 +113,10 @@ class Binder:
     def __init__(
         self, state: ClusterState, decider: Decider, memo: RequestMemo, policy: str,
         metrics: Metrics | None = None, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
+        *, profiles: ProfileLayers | None = None, colocation_policy: str = "gputopo",
     ) -> None:
+        self.profiles = profiles or ProfileLayers()
+        self.colocation_policy = colocation_policy
         self.state = state
         self.memory_unit_mib = memory_unit_mib
         self.decider = decider
@@ -140,7 +150,8 @@ class Binder:
             _ns, _name, uid = pod_identity(obj)
             if pod.uid and uid and uid != pod.uid:
                 return None, f"pod {pod} has UID {uid}, the bind names {pod.uid}"
-            return parse_pod(obj, memory_unit_mib=self.memory_unit_mib), ""
+            return parse_pod(obj, memory_unit_mib=self.memory_unit_mib,
+                             colocation=self.profiles.snapshot()), ""
         except PodSpecError as exc:
             return None, f"pod {pod}: {exc}"
 
@@ -168,7 +179,8 @@ class Binder:
             except BindError as exc:
                 return self._fail(pod, node, str(exc), "api")
             return BindResult()
-        ask = Ask(preq.request, preq.policy or self.policy, pod.uid, preq.required_node)
+        ask = Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
+                  pod.uid, preq.required_node)
         if ask.required_node is not None and ask.required_node != node:
             return self._fail(
                 pod, node, f"the gputopo planner placed this pod on node {ask.required_node}, "
@@ -214,7 +226,11 @@ class Binder:
         if self.metrics is not None:
             self.metrics.decisions.labels(policy=decision.policy).inc()
         gpus = ",".join(str(g) for g in decision.gpus)
-        if decision.fractional:
+        if decision.colocation is not None:
+            c = decision.colocation
+            what = (f"gpu={gpus} co-location slot: {len(c.chosen.residents)} resident(s), "
+                    f"sum of C {c.chosen.sum_c:.3g}, predicted delta {c.chosen.delta:.2f}")
+        elif decision.fractional:
             what = f"gpu={gpus} share={decision.core_percent}%/{decision.memory_mib}MiB"
         else:
             what = f"gpus={gpus} effbw={decision.effective_bandwidth_gbps:.1f}GB/s"

@@ -473,6 +473,17 @@ class Decider:
             return Outcome(
                 None, f"node has {topo.size} GPUs; the pod asks for {request.count}", True
             )
+        if request.shared is not None:  # a slot may be on a shared GPU: only the policy knows
+            need = request.shared.memory_mib
+            biggest = max(g.memory_mib for g in topo.gpus)
+            if need > biggest:
+                return Outcome(
+                    None,
+                    f"no GPU on the node has {need} MiB for the co-location slot; the "
+                    f"largest has {biggest} MiB",
+                    True,
+                )
+            return None
         if request.fractional:
             biggest = max(g.memory_mib for g in topo.gpus)
             if request.memory_mib and biggest == 0:

@@ -47,7 +47,9 @@ from scheduler_extender.state import (
     PodRef,
     TopologyCache,
 )
+from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import (
+    ANN_GPU_SHARED_SLOTS,
     ANN_TOPOLOGY,
     ANN_VGPU_MEMORY_UNIT,
     AssignmentError,
@@ -122,6 +124,15 @@ class KubeAPI(Protocol):
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
     return meta if isinstance(meta, Mapping) else {}
+
+
+def _slots(text: object) -> int:
+    """Co-location slots per GPU from a node's ``gputopo.io/gpu-shared-slots`` annotation:
+    the default (3) when absent, 0 (no slot) when not a non-negative integer."""
+    if text is None:
+        return DEFAULT_SLOTS
+    value = str(text).strip()
+    return int(value) if value.isdigit() else 0
 
 
 class KubernetesState(BookedViews):
@@ -278,6 +289,8 @@ class KubernetesState(BookedViews):
             self._node_unit[name] = unit
         else:
             self._node_unit.pop(name, None)
+        slots = ann.get(ANN_GPU_SHARED_SLOTS) if isinstance(ann, Mapping) else None
+        self.book.set_slots(name, _slots(slots))
         self._views.pop(name, None)
 
     def apply_node_event(self, kind: str, node: Mapping[str, Any]) -> None:

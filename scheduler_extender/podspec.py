@@ -7,6 +7,10 @@ Resources (names from :mod:`topology.contract`):
 * ``gputopo.io/vgpu-memory`` — GPU memory in units of ``memory_unit_mib`` MiB (default
   256: ``16`` = 4 GiB; see :data:`topology.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`),
   converted to MiB in the request.
+* ``gputopo.io/gpu-shared`` — one co-location slot on one GPU (exactly 1; Tabrizian
+  co-location), optionally with ``gputopo.io/vgpu-memory`` for the GPU memory it reserves.
+  Its profile comes from the co-location annotations below
+  (:func:`topology.colocation.sources.resolve_profile`).
 
 Per container the *limit* wins over the request (extended resources must have equal request
 and limit; when only one is set that one counts). The pod's demand is the larger of the sum
@@ -29,6 +33,9 @@ Annotations (all optional):
   Pending while the best placement's utility is below it (Amaral et al. SC'17 §4).
 * ``gputopo.io/planned-node`` — the node the gputopo planner resumed the pod's Job on: every
   other node fails filter (unresolvably) and bind refuses them.
+* ``gputopo.io/profile`` (``<model>:<batch>``), ``gputopo.io/kernel-occupancy`` (C, Eq. 4.3),
+  ``gputopo.io/mem-bandwidth-util`` (M, Eq. 4.2), ``gputopo.io/iteration-time-ms`` — a shared
+  pod's co-location profile (Tabrizian §4.2).
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from scheduler_extender.profiles import ColocationInputs
+from topology.colocation.profile import ProfileError, builtin_catalog
+from topology.colocation.sources import resolve_profile
 from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_MIN_UTILITY,
@@ -47,14 +57,15 @@ from topology.contract import (
     ANN_POLICY,
     DEFAULT_VGPU_MEMORY_UNIT_MIB,
     RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
 from topology.patterns import PatternError, parse_pattern
-from topology.policies.base import FULL_CORE, Request, RequestError
+from topology.policies.base import FULL_CORE, Request, RequestError, SharedRequest
 from topology.policies.registry import UnknownPolicy, get_policy
 
-_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
+_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY, RESOURCE_GPU_SHARED)
 
 
 #: Most GPUs a node can have (the topology annotation schema's limit).
@@ -220,31 +231,68 @@ def policy_from_pod(pod: Mapping[str, Any]) -> str | None:
     return name.strip()
 
 
+def _shared_request(pod: Mapping[str, Any], ann: Mapping[str, Any], slots: int, mem_mib: int,
+                    colocation: ColocationInputs | None) -> Request:
+    if slots != 1:
+        raise PodSpecError(
+            f"{RESOURCE_GPU_SHARED}: {slots} asked; a pod takes exactly one co-location slot"
+        )
+    inputs = colocation or ColocationInputs(builtin_catalog())
+    text = {str(k): v for k, v in ann.items() if isinstance(v, str)}
+    try:
+        profile = resolve_profile(text, catalog=inputs.catalog, user=inputs.user,
+                                  measured=inputs.measured,
+                                  memory_request_mib=mem_mib or None,
+                                  threshold=inputs.threshold)
+    except ProfileError as exc:
+        raise PodSpecError(str(exc)) from None
+    ns, name, _uid = pod_identity(pod)
+    try:
+        return Request(count=1, shared=SharedRequest(
+            profile, profile.gpu_memory_mib, name=f"{ns}/{name}", threshold=inputs.threshold))
+    except RequestError as exc:
+        raise PodSpecError(str(exc)) from None
+
+
 def request_from_pod(
-    pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB
+    pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
+    colocation: ColocationInputs | None = None,
 ) -> Request | None:
     """The pod's placement request, or None when it asks for no gputopo resource.
 
     Args:
         pod: the ``v1.Pod`` as a JSON dict.
         memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` unit.
+        colocation: the profile layers and threshold for ``gputopo.io/gpu-shared`` pods
+            (None = the shipped catalog and the default threshold).
 
     Returns:
         ``Request(count=n, pattern, bandwidth_sensitive)`` for ``nvidia.com/gpu: n``;
         ``Request(count=0, core_percent, memory_mib)`` for a vGPU share (a share that names
-        only memory gets no core limit: ``core_percent`` 0); None when none is asked
+        only memory gets no core limit: ``core_percent`` 0); ``Request(count=1, shared=…)``
+        for a co-location slot (name ``namespace/name``); None when none is asked
         (pass-through).
 
     Raises:
         PodSpecError: non-integer quantities, whole and fractional GPUs in one pod,
             ``vgpu-core`` above 100, a bad pattern (unknown, malformed, or naming more GPUs
-            than requested), a bad boolean annotation.
+            than requested), a bad boolean annotation; for a co-location slot: more than
+            one slot, whole GPUs or vGPU-core beside it, bad co-location annotations.
     """
     res = pod_resources(pod)
     gpus, core, mem = res[RESOURCE_GPU], res[RESOURCE_VGPU_CORE], res[RESOURCE_VGPU_MEMORY]
-    if gpus == 0 and core == 0 and mem == 0:
+    shared = res[RESOURCE_GPU_SHARED]
+    if gpus == 0 and core == 0 and mem == 0 and shared == 0:
         return None
     ann = _annotations(pod)
+    if shared:
+        if gpus or core:
+            raise PodSpecError(
+                f"pod asks for a co-location slot ({RESOURCE_GPU_SHARED}: {shared}) and "
+                f"{RESOURCE_GPU}: {gpus}, {RESOURCE_VGPU_CORE}: {core}; a shared pod asks for "
+                f"one slot (and, optionally, {RESOURCE_VGPU_MEMORY} for its memory)"
+            )
+        return _shared_request(pod, ann, shared, mem * memory_unit_mib, colocation)
     if gpus and (core or mem):
         raise PodSpecError(
             f"pod asks for whole GPUs ({RESOURCE_GPU}: {gpus}) and a GPU share "
@@ -303,18 +351,37 @@ def request_from_pod(
 
 
 def parse_pod(
-    pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB
+    pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
+    colocation: ColocationInputs | None = None,
 ) -> PodRequest | None:
     """:func:`request_from_pod` and :func:`policy_from_pod` together (None = pass-through).
 
     Raises:
-        PodSpecError: see both functions.
+        PodSpecError: see both functions; also a co-location slot whose
+            ``gputopo.io/policy`` does not place co-location slots.
     """
-    request = request_from_pod(pod, memory_unit_mib=memory_unit_mib)
+    request = request_from_pod(pod, memory_unit_mib=memory_unit_mib, colocation=colocation)
     if request is None:
         return None
-    return PodRequest(request=request, policy=policy_from_pod(pod),
-                      required_node=planned_node_of(pod))
+    policy = policy_from_pod(pod)
+    if request.shared is not None and policy is not None and not get_policy(policy).colocation:
+        from topology.policies.registry import colocation_policies
+
+        raise PodSpecError(
+            f"annotation {ANN_POLICY}: policy {policy!r} does not place co-location slots "
+            f"({RESOURCE_GPU_SHARED}); use one of {', '.join(colocation_policies())}"
+        )
+    return PodRequest(request=request, policy=policy, required_node=planned_node_of(pod))
+
+
+def choose_policy(preq: PodRequest, default: str, colocation_default: str) -> str:
+    """The policy that decides ``preq``: the pod's own, else ``default`` — except that a
+    co-location slot goes to ``colocation_default`` when ``default`` does not co-locate."""
+    if preq.policy is not None:
+        return preq.policy
+    if preq.request.shared is not None and not get_policy(default).colocation:
+        return colocation_default
+    return default
 
 
 #: A Kubernetes node name: a DNS-1123 subdomain.

@@ -78,6 +78,16 @@ class ExtenderSettings(BaseSettings):
             per Binding on a busy API server is 3–8; 16 (the default, also kube-scheduler's
             default ``parallelism``) leaves twice that for bursts. More binds wait for a
             thread instead of opening throwaway TLS connections.
+        colocation_policy: the policy for ``gputopo.io/gpu-shared`` pods when ``policy``
+            does not place co-location slots (must be one that does).
+        colocation_threshold: Tabrizian's ΣC threshold (§4.2.4), Eq. 4.3 units (percent·µs
+            over two iterations); default 4·10⁷.
+        profile_catalog: the shipped profile catalog (``v100-cifar10-w10``,
+            ``v100-cifar10-w2``) or a catalog file.
+        user_profiles: a catalog file of the user's own profiles (e.g. a mounted ConfigMap),
+            consulted before ``profile_catalog``; re-read when it changes.
+        measured_profiles: the file the profile recorder writes (measured with
+            dcgm-exporter), consulted after both catalogs; re-read when it changes.
     """
 
     model_config = SettingsConfigDict(
@@ -97,6 +107,11 @@ class ExtenderSettings(BaseSettings):
     eval_workers: int | None = Field(default=None, ge=0, le=64)
     vgpu_memory_unit_mib: int = Field(default=DEFAULT_VGPU_MEMORY_UNIT_MIB, ge=1, le=1 << 20)
     bind_concurrency: int = Field(default=16, ge=1, le=256)
+    colocation_policy: str = "gputopo"
+    colocation_threshold: float = Field(default=4e7, gt=0, lt=1e15)
+    profile_catalog: str = "v100-cifar10-w10"
+    user_profiles: Path | None = None
+    measured_profiles: Path | None = None
 
     @field_validator("log_level", "state", mode="before")
     @classmethod
@@ -109,6 +124,28 @@ class ExtenderSettings(BaseSettings):
         try:
             get_policy(v.strip())
         except UnknownPolicy as exc:
+            raise ValueError(str(exc)) from None
+        return v.strip()
+
+    @field_validator("colocation_policy")
+    @classmethod
+    def _colocating_policy(cls, v: str) -> str:
+        try:
+            spec = get_policy(v.strip())
+        except UnknownPolicy as exc:
+            raise ValueError(str(exc)) from None
+        if not spec.colocation:
+            raise ValueError(f"policy {v.strip()!r} does not place co-location slots")
+        return v.strip()
+
+    @field_validator("profile_catalog")
+    @classmethod
+    def _catalog(cls, v: str) -> str:
+        from topology.colocation.profile import ProfileError, resolve_catalog
+
+        try:
+            resolve_catalog(v.strip())
+        except ProfileError as exc:
             raise ValueError(str(exc)) from None
         return v.strip()
 

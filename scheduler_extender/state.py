@@ -22,14 +22,26 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
 from topology import catalog
+from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import Assignment, assignment_annotations
 from topology.model import Topology, TopologyError
-from topology.policies.base import FULL_CORE, Decision, GPUUsage, NodeState, add_grant
+from topology.policies.base import (
+    FULL_CORE,
+    Decision,
+    GPUUsage,
+    NodeState,
+    Resident,
+    add_grant,
+    add_resident,
+)
 from topology.serialization import loads
+
+#: ``NodeState.key()``: ints for whole/vGPU holdings, resident records for shared GPUs.
+StateKey = tuple[tuple[Any, ...], ...]
 
 
 class NodeTopologyError(Exception):
@@ -74,8 +86,10 @@ class Allocation:
         node: node name.
         gpus: GPU indices (one for a share).
         core_percent: vGPU-core of a share (percent), 0 for whole GPUs.
-        memory_mib: GPU memory of a share (MiB), 0 for whole GPUs.
-        fractional: a share of one GPU rather than whole GPUs.
+        memory_mib: GPU memory of a share or of a co-location slot (MiB), 0 for whole GPUs.
+        fractional: a vGPU share of one GPU rather than whole GPUs.
+        colocation: for a co-location slot (``gputopo.io/gpu-shared``), the resident it adds
+            to its GPU (job name, profile, memory); None otherwise.
         confirmed: seen in the API (annotations delivered by the watch); False = a
             reservation made by bind that the watch has not confirmed yet.
         created: monotonic time the record was made (reservation ageing).
@@ -89,12 +103,20 @@ class Allocation:
     fractional: bool = False
     confirmed: bool = True
     created: float = field(default_factory=time.monotonic)
+    colocation: Resident | None = None
 
     @classmethod
     def from_decision(
         cls, pod: PodRef, node: str, decision: Decision, *, confirmed: bool = False
     ) -> Allocation:
         """The allocation a policy decision grants."""
+        c = decision.colocation
+        if c is not None:
+            return cls(
+                pod=pod, node=node, gpus=tuple(decision.gpus), memory_mib=c.memory_mib,
+                confirmed=confirmed, colocation=Resident(c.job or str(pod), c.profile,
+                                                         c.memory_mib),
+            )  # fmt: skip
         return cls(
             pod=pod, node=node, gpus=tuple(decision.gpus),
             core_percent=decision.core_percent if decision.fractional else 0,
@@ -105,9 +127,13 @@ class Allocation:
     @classmethod
     def from_assignment(cls, pod: PodRef, node: str, a: Assignment) -> Allocation:
         """The allocation read back from a pod's output annotations."""
+        colocation = a.colocation
+        if colocation is not None and not colocation.name:
+            colocation = Resident(str(pod), colocation.profile, colocation.memory_mib)
         return cls(
             pod=pod, node=node, gpus=a.gpu_indices, core_percent=a.core_percent,
             memory_mib=a.memory_mib, fractional=a.fractional, confirmed=True,
+            colocation=colocation,
         )  # fmt: skip
 
 
@@ -134,7 +160,7 @@ class NodeView:
     name: str
     topology: Topology | NodeTopologyError
     state: NodeState
-    state_key: tuple[tuple[int, int, int], ...]
+    state_key: StateKey
     state_id: int = -1
     group: tuple[str, int] | None = None
     by_free: NodeView | None = field(default=None, repr=False, compare=False)
@@ -142,7 +168,7 @@ class NodeView:
     @classmethod
     def of(
         cls, name: str, topology: Topology | NodeTopologyError, state: NodeState,
-        state_key: tuple[tuple[int, int, int], ...], state_id: int,
+        state_key: StateKey, state_id: int,
     ) -> NodeView:
         """A view with its ``group`` and ``by_free`` variant filled in."""
         if not isinstance(topology, Topology):
@@ -184,19 +210,26 @@ intern_state = _Interner()
 
 def apply_usage(usage: dict[int, GPUUsage], alloc: Allocation) -> None:
     """Add ``alloc`` to a usage map in place (whole GPUs: core 100; shares: summed;
-    :func:`topology.policies.base.add_grant`)."""
+    :func:`topology.policies.base.add_grant`; co-location slots: a resident on the GPU,
+    :func:`topology.policies.base.add_resident`)."""
+    if alloc.colocation is not None:
+        add_resident(usage, alloc.gpus[0], alloc.colocation, slots=None)
+        return
     add_grant(usage, alloc.gpus, fractional=alloc.fractional,
               core_percent=alloc.core_percent, memory_mib=alloc.memory_mib)
 
 
 def conflicts(
     usage: Mapping[int, GPUUsage], alloc: Allocation, topology: Topology | None,
-    unhealthy: frozenset[int] = frozenset(),
+    unhealthy: frozenset[int] = frozenset(), slots: int = DEFAULT_SLOTS,
 ) -> str | None:
     """Why ``alloc`` cannot be added on top of ``usage`` (None when it fits).
 
     Whole GPUs must be idle; a share needs ``core_percent`` and ``memory_mib`` room on its GPU
-    (memory checked against the GPU's framebuffer when the topology is known).
+    and no co-located jobs; a co-location slot needs a GPU that is not held whole or split
+    into vGPU shares, one of its ``slots`` free, and its memory free next to the residents'
+    (memory checked against the GPU's framebuffer when the topology is known): GPU memory is
+    never overcommitted, whichever way the GPU is shared.
     """
     for g in alloc.gpus:
         if topology is not None and not 0 <= g < topology.size:
@@ -204,10 +237,22 @@ def conflicts(
         if g in unhealthy:
             return f"GPU {g} on {alloc.node} is unhealthy"
         u = usage.get(g, GPUUsage())
+        if alloc.colocation is not None:
+            if u.core_percent or u.memory_mib:
+                return (f"GPU {g} on {alloc.node} is held whole or split into vGPU shares; "
+                        "it takes no co-location slot")
+            if len(u.residents) >= slots:
+                return f"GPU {g} on {alloc.node} has all {slots} co-location slots taken"
+            if topology is not None and u.resident_memory_mib + alloc.memory_mib > \
+                    topology.gpus[g].memory_mib:
+                return f"GPU {g} on {alloc.node} has not {alloc.memory_mib} MiB free"
+            continue
         if not alloc.fractional:
             if not u.idle:
                 return f"GPU {g} on {alloc.node} is already in use"
             continue
+        if u.residents:
+            return f"GPU {g} on {alloc.node} is shared by co-located jobs"
         if u.core_percent + alloc.core_percent > FULL_CORE:
             return (
                 f"GPU {g} on {alloc.node} has {FULL_CORE - u.core_percent}% vGPU-core free; "
@@ -231,8 +276,9 @@ class AllocationBook:
         self._on_change = on_change
         self._by_key: dict[str, Allocation] = {}
         self._by_node: dict[str, dict[str, Allocation]] = {}
-        self._states: dict[str, tuple[NodeState, tuple[tuple[int, int, int], ...], int]] = {}
+        self._states: dict[str, tuple[NodeState, StateKey, int]] = {}
         self._unhealthy: dict[str, frozenset[int]] = {}
+        self._slots: dict[str, int] = {}
         #: bumped on every change (callers cache views per node and compare)
         self.version = 0
 
@@ -242,13 +288,14 @@ class AllocationBook:
             apply_usage(usage, a)
         return usage
 
-    def state(self, node: str) -> tuple[NodeState, tuple[tuple[int, int, int], ...], int]:
+    def state(self, node: str) -> tuple[NodeState, StateKey, int]:
         """``(NodeState, NodeState.key(), state id)`` of ``node`` (cached until it changes)."""
         hit = self._states.get(node)
         if hit is not None:
             return hit
         with self.lock:
-            st = NodeState(self._usage(node), self._unhealthy.get(node, frozenset()))
+            st = NodeState(self._usage(node), self._unhealthy.get(node, frozenset()),
+                           self._slots.get(node, DEFAULT_SLOTS))
             key = st.key()
             hit = (st, key, intern_state(key))
             self._states[node] = hit
@@ -256,7 +303,7 @@ class AllocationBook:
 
     def state_without(
         self, node: str, keys: frozenset[str]
-    ) -> tuple[NodeState, tuple[tuple[int, int, int], ...], int]:
+    ) -> tuple[NodeState, StateKey, int]:
         """Like :meth:`state`, as if the allocations of pods ``keys`` were gone from
         ``node`` (what evicting them would leave). Computed from the records, not cached;
         the live state is untouched."""
@@ -265,7 +312,8 @@ class AllocationBook:
             for a in self._by_node.get(node, {}).values():
                 if a.pod.key not in keys:
                     apply_usage(usage, a)
-            st = NodeState(usage, self._unhealthy.get(node, frozenset()))
+            st = NodeState(usage, self._unhealthy.get(node, frozenset()),
+                           self._slots.get(node, DEFAULT_SLOTS))
         key = st.key()
         return st, key, intern_state(key)
 
@@ -295,7 +343,8 @@ class AllocationBook:
                     if a.pod.key != key:
                         apply_usage(usage, a)
                 sick = self._unhealthy.get(alloc.node, frozenset())
-                why = conflicts(usage, alloc, topology, sick)
+                why = conflicts(usage, alloc, topology, sick,
+                                self._slots.get(alloc.node, DEFAULT_SLOTS))
                 if why is not None:
                     raise ReservationConflict(why)
             if old is not None:
@@ -342,6 +391,17 @@ class AllocationBook:
         with self.lock:
             self._unhealthy[node] = frozenset(gpus)
             self._touch(node)
+
+    def set_slots(self, node: str, slots: int) -> None:
+        """Co-location slots per GPU of ``node`` (what its device plugin advertises)."""
+        with self.lock:
+            if self._slots.get(node, DEFAULT_SLOTS) != slots:
+                self._slots[node] = slots
+                self._touch(node)
+
+    def slots(self, node: str) -> int:
+        """Co-location slots per GPU of ``node`` (default 3)."""
+        return self._slots.get(node, DEFAULT_SLOTS)
 
     def clear(self) -> None:
         """Forget everything (relist)."""
@@ -633,11 +693,7 @@ class MemoryState(BookedViews):
             self._bound[str(pod)] = BoundPod(pod, node, ann, decision)
         alloc = self.book.get(pod.key)
         if alloc is not None and not alloc.confirmed:
-            self.book.add(
-                Allocation(alloc.pod, alloc.node, alloc.gpus, alloc.core_percent,
-                           alloc.memory_mib, alloc.fractional, confirmed=True),
-                None, check=False,
-            )  # fmt: skip
+            self.book.add(replace(alloc, confirmed=True), None, check=False)
 
     def delete_pod(self, namespace: str, name: str) -> bool:
         """The pod ended: free its GPUs and forget its binding. Returns whether it existed."""

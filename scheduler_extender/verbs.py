@@ -22,8 +22,15 @@ from typing import Any
 from scheduler_extender.binding import Binder, RequestMemo
 from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
 from scheduler_extender.metrics import Metrics
-from scheduler_extender.podspec import PodRequest, PodSpecError, parse_pod, pod_identity
+from scheduler_extender.podspec import (
+    PodRequest,
+    PodSpecError,
+    choose_policy,
+    parse_pod,
+    pod_identity,
+)
 from scheduler_extender.preemption import Preemption, Victim, VictimSet
+from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs
 from scheduler_extender.state import ClusterState, PodRef
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
@@ -51,6 +58,10 @@ class Extender:
         memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device: pods' requests are
             counted in it, and nodes publishing another unit are refused to pods asking vGPU
             memory.
+        profiles: the co-location profile layers and threshold for ``gputopo.io/gpu-shared``
+            pods (None = the shipped catalog, the default threshold).
+        colocation_policy: the policy for co-location slots when ``policy`` does not place
+            them (default ``gputopo``).
 
     Attributes:
         metrics: the counters given (None = not counted).
@@ -59,22 +70,30 @@ class Extender:
         preemption: the preemption layer.
 
     Raises:
-        UnknownPolicy: ``policy`` is not registered.
+        UnknownPolicy: ``policy`` or ``colocation_policy`` is not registered.
+        ValueError: ``colocation_policy`` does not place co-location slots.
     """
 
     def __init__(
         self, state: ClusterState, policy: str, metrics: Metrics | None = None,
         budget_ms: float | None = None, workers: int | None = None,
         memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
+        profiles: ProfileLayers | None = None, colocation_policy: str = "gputopo",
     ) -> None:
         get_policy(policy)
+        if not get_policy(colocation_policy).colocation:
+            raise ValueError(f"colocation policy {colocation_policy!r} does not place "
+                             "co-location slots")
         self.state = state
         self.policy = policy
+        self.colocation_policy = colocation_policy
         self.metrics = metrics
         self.memory_unit_mib = memory_unit_mib
+        self.profiles = profiles or ProfileLayers()
         self.memo = RequestMemo()
         self.decider = Decider(state, metrics, budget_ms, workers, memory_unit_mib)
-        self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib)
+        self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib,
+                             profiles=self.profiles, colocation_policy=colocation_policy)
         self.preemption = Preemption(self.decider)
 
     def close(self) -> None:
@@ -90,14 +109,16 @@ class Extender:
         try:
             ns, name, uid = pod_identity(pod)
             ref = PodRef(ns, name, uid)
-            preq = parse_pod(pod, memory_unit_mib=self.memory_unit_mib)
+            preq = parse_pod(pod, memory_unit_mib=self.memory_unit_mib,
+                             colocation=self.profiles.snapshot())
         except PodSpecError as exc:
             raise PodError(f"pod {_pod_label(pod)}: {exc}") from None
         self.memo.remember(ref, preq)
         return ref, preq
 
     def _ask(self, ref: PodRef, preq: PodRequest) -> Ask:
-        return Ask(preq.request, preq.policy or self.policy, ref.uid, preq.required_node)
+        return Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
+                   ref.uid, preq.required_node)
 
     # ------------------------------------------------------------------ verbs
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:

@@ -4,8 +4,9 @@ This is what the two programs agree on, so it lives in the core that both import
 owns (an import-linter contract keeps ``device_plugin`` and ``scheduler_extender`` from
 importing each other):
 
-* the device plugin advertises :data:`RESOURCE_GPU`, :data:`RESOURCE_VGPU_CORE` and
-  :data:`RESOURCE_VGPU_MEMORY`, and publishes the node's topology in :data:`ANN_TOPOLOGY`
+* the device plugin advertises :data:`RESOURCE_GPU`, :data:`RESOURCE_VGPU_CORE`,
+  :data:`RESOURCE_VGPU_MEMORY` and :data:`RESOURCE_GPU_SHARED` (co-location slots), and
+  publishes the node's topology in :data:`ANN_TOPOLOGY`
   (the document's schema and its parsing are :mod:`topology.serialization`: ``dumps`` on the
   node, ``loads`` in the extender, versioned ``gputopo.io/v1``);
 * the extender reads the pod's input annotations (:data:`ANN_PATTERN` …), and its bind writes
@@ -17,16 +18,31 @@ Pure: no Kubernetes client, no I/O.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from topology.policies.base import Decision, GPUUsage, NodeState, add_grant
+from topology.colocation.model import DEFAULT_SLOTS
+from topology.colocation.profile import JobProfile, ProfileError
+from topology.policies.base import (
+    Decision,
+    GPUUsage,
+    NodeState,
+    Resident,
+    add_grant,
+    add_resident,
+)
 
 # --- resources --------------------------------------------------------------------------
 RESOURCE_GPU = "nvidia.com/gpu"  # whole GPUs
 RESOURCE_VGPU_CORE = "gputopo.io/vgpu-core"  # percent of one GPU's compute (100 = whole)
 RESOURCE_VGPU_MEMORY = "gputopo.io/vgpu-memory"  # GPU memory, MiB
-MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
+#: One co-location slot on one physical GPU (Tabrizian: a job sharing the GPU under MPS with
+#: the jobs the extender's co-location policy chose). A pod asks for exactly 1, optionally with
+#: ``gputopo.io/vgpu-memory`` units to reserve (and MPS-limit) its GPU memory.
+RESOURCE_GPU_SHARED = "gputopo.io/gpu-shared"
+MANAGED_RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY, RESOURCE_GPU_SHARED)
 
 #: MiB per ``gputopo.io/vgpu-memory`` unit. The kubelet hands out one device per requested
 #: unit, and one device per MiB would list ~130,000 devices on a DGX-1 (over the kubelet's
@@ -41,10 +57,19 @@ ANN_PATTERN = PREFIX + "pattern"
 ANN_BW_SENSITIVE = PREFIX + "bandwidth-sensitive"
 ANN_POLICY = PREFIX + "policy"
 ANN_MIN_UTILITY = PREFIX + "min-utility"
+#: Co-location inputs (Tabrizian §4.2; :mod:`topology.colocation.sources`): C (Eq. 4.3) and M
+#: (Eq. 4.2) in percent·µs over two iterations, a profile key ``<model>:<batch>``, and the
+#: job's solo iteration time in ms (with explicit C/M).
+ANN_KERNEL_OCCUPANCY = PREFIX + "kernel-occupancy"
+ANN_MEM_BANDWIDTH_UTIL = PREFIX + "mem-bandwidth-util"
+ANN_PROFILE = PREFIX + "profile"
+ANN_ITERATION_MS = PREFIX + "iteration-time-ms"
 
 # --- node ---------------------------------------------------------------------------------
 ANN_TOPOLOGY = PREFIX + "topology"
 ANN_VGPU_MEMORY_UNIT = PREFIX + "vgpu-memory-unit-mib"  # MiB per vgpu-memory unit
+#: Co-location slots per GPU the node's device plugin advertises (gpu-shared devices per GPU).
+ANN_GPU_SHARED_SLOTS = PREFIX + "gpu-shared-slots"
 LABEL_GPU_MODEL = PREFIX + "gpu-model"
 LABEL_TOPOLOGY_CLASS = PREFIX + "topology-class"
 
@@ -70,11 +95,14 @@ ANN_NUMA_NODES = PREFIX + "numa-nodes"
 ANN_EFFBW = PREFIX + "effective-bandwidth-gbps"
 ANN_POLICY_USED = PREFIX + "decided-by"
 ANN_VGPU_CORE = PREFIX + "vgpu-core-granted"  # percent, fractional assignments only
-ANN_VGPU_MEMORY = PREFIX + "vgpu-memory-granted"  # MiB, fractional assignments only
+ANN_VGPU_MEMORY = PREFIX + "vgpu-memory-granted"  # MiB, fractional and shared assignments
+#: A co-location slot's record (JSON, :func:`colocation_annotation`): the job's profile and
+#: the set it joined — what the extender rebuilds the GPU's residents from after a restart.
+ANN_COLOCATION = PREFIX + "colocation"
 
 OUTPUT_ANNOTATIONS = (
     ANN_NODE, ANN_GPU_INDICES, ANN_GPU_UUIDS, ANN_CUDA_VISIBLE_DEVICES, ANN_CPU_AFFINITY,
-    ANN_NUMA_NODES, ANN_EFFBW, ANN_POLICY_USED, ANN_VGPU_CORE, ANN_VGPU_MEMORY,
+    ANN_NUMA_NODES, ANN_EFFBW, ANN_POLICY_USED, ANN_VGPU_CORE, ANN_VGPU_MEMORY, ANN_COLOCATION,
 )  # fmt: skip
 
 
@@ -94,7 +122,10 @@ class Assignment:
         numa_nodes: NUMA nodes of the GPUs.
         effective_bandwidth_gbps: predicted EffBW, GB/s.
         core_percent: vGPU-core granted (percent of the GPU) for fractional pods, else 0.
-        memory_mib: GPU memory granted (MiB) for fractional pods, else 0.
+        memory_mib: GPU memory granted (MiB) for fractional pods and the memory reserved
+            for a co-location slot, else 0.
+        colocation: for a co-location slot (:data:`ANN_COLOCATION`), the job's name and
+            profile, else None.
     """
 
     node: str
@@ -105,11 +136,17 @@ class Assignment:
     effective_bandwidth_gbps: float
     core_percent: int = 0
     memory_mib: int = 0
+    colocation: Resident | None = None
+
+    @property
+    def shared(self) -> bool:
+        """A co-location slot on one GPU (``gputopo.io/gpu-shared``)."""
+        return self.colocation is not None
 
     @property
     def fractional(self) -> bool:
-        """A share of one GPU rather than whole GPUs."""
-        return self.core_percent > 0 or self.memory_mib > 0
+        """A vGPU share of one GPU rather than whole GPUs or a co-location slot."""
+        return not self.shared and (self.core_percent > 0 or self.memory_mib > 0)
 
 
 def assignment_annotations(decision: Decision, node: str) -> dict[str, str]:
@@ -127,20 +164,82 @@ def assignment_annotations(decision: Decision, node: str) -> dict[str, str]:
     if decision.fractional:
         ann[ANN_VGPU_CORE] = str(decision.core_percent)
         ann[ANN_VGPU_MEMORY] = str(decision.memory_mib)
+    if decision.colocation is not None:
+        ann[ANN_VGPU_MEMORY] = str(decision.colocation.memory_mib)
+        ann[ANN_COLOCATION] = colocation_annotation(decision)
     return ann
 
 
+def colocation_annotation(decision: Decision) -> str:
+    """The :data:`ANN_COLOCATION` value of a co-location decision (compact JSON): the job
+    (``job``), its profile (``profile`` key, ``iteration_s``, ``kernel_occupancy``,
+    ``mem_bandwidth_util``, ``profile_source``), and, informatively, the set it joined
+    (``residents``, ``sum_c``, ``delta``).
+
+    Raises:
+        ValueError: ``decision`` is not a co-location decision.
+    """
+    c = decision.colocation
+    if c is None:
+        raise ValueError("not a co-location decision")
+    p = c.profile
+    doc = {
+        "job": c.job,
+        "profile": p.key,
+        "profile_source": p.source,
+        "iteration_s": p.iteration_s,
+        "kernel_occupancy": p.kernel_occupancy,
+        "mem_bandwidth_util": p.mem_bandwidth_util,
+        "residents": list(c.chosen.residents),
+        "sum_c": round(c.chosen.sum_c, 1),
+        "delta": round(c.chosen.delta, 4),
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def _parse_colocation(text: str, memory_mib: int) -> Resident:
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError:
+        raise AssignmentError(f"annotation {ANN_COLOCATION} is not JSON") from None
+    if not isinstance(doc, dict):
+        raise AssignmentError(f"annotation {ANN_COLOCATION} is not a JSON object")
+    try:
+        numbers = [float(doc[k]) for k in ("iteration_s", "kernel_occupancy",
+                                           "mem_bandwidth_util")]
+    except (KeyError, TypeError, ValueError):
+        raise AssignmentError(
+            f"annotation {ANN_COLOCATION} lacks a numeric iteration_s, kernel_occupancy or "
+            "mem_bandwidth_util"
+        ) from None
+    if not all(math.isfinite(v) for v in numbers):
+        raise AssignmentError(f"annotation {ANN_COLOCATION} has a non-finite number")
+    key = doc.get("profile")
+    try:
+        profile = JobProfile(numbers[0], numbers[1], numbers[2], memory_mib,
+                             key=str(key) if key else None,
+                             source=str(doc.get("profile_source") or "annotation"))
+    except ProfileError as exc:
+        raise AssignmentError(f"annotation {ANN_COLOCATION}: {exc}") from None
+    return Resident(str(doc.get("job") or ""), profile, memory_mib)
+
+
 def node_state_of(
-    assignments: Iterable[Assignment], unhealthy: frozenset[int] = frozenset()
+    assignments: Iterable[Assignment], unhealthy: frozenset[int] = frozenset(),
+    slots: int = DEFAULT_SLOTS,
 ) -> NodeState:
     """The used GPUs these assignments (of pods on one node) add up to — what the extender
     rebuilds from the annotations after a restart (whole GPUs taken entirely; shares summed:
-    :func:`topology.policies.base.add_grant`)."""
+    :func:`topology.policies.base.add_grant`; co-location slots added as residents:
+    :func:`topology.policies.base.add_resident`, recorded as found even beyond ``slots``)."""
     usage: dict[int, GPUUsage] = {}
     for a in assignments:
-        add_grant(usage, a.gpu_indices, fractional=a.fractional,
-                  core_percent=a.core_percent, memory_mib=a.memory_mib)
-    return NodeState(usage, unhealthy)
+        if a.colocation is not None:
+            add_resident(usage, a.gpu_indices[0], a.colocation, slots=None)
+        else:
+            add_grant(usage, a.gpu_indices, fractional=a.fractional,
+                      core_percent=a.core_percent, memory_mib=a.memory_mib)
+    return NodeState(usage, unhealthy, slots)
 
 
 def has_assignment(annotations: Mapping[str, str] | None) -> bool:
@@ -189,6 +288,12 @@ def parse_assignment(annotations: Mapping[str, str] | None) -> Assignment:
         raise AssignmentError("a numeric gputopo annotation does not parse") from None
     if (core or mem) and len(indices) != 1:
         raise AssignmentError("a fractional assignment must name exactly one GPU")
+    colocation = None
+    if ANN_COLOCATION in ann:
+        if len(indices) != 1 or core:
+            raise AssignmentError("a co-location slot must name exactly one GPU and no "
+                                  "vGPU-core")
+        colocation = _parse_colocation(ann[ANN_COLOCATION], mem)
     return Assignment(
         node=ann[ANN_NODE],
         gpu_indices=indices,
@@ -198,4 +303,5 @@ def parse_assignment(annotations: Mapping[str, str] | None) -> Assignment:
         effective_bandwidth_gbps=effbw,
         core_percent=core,
         memory_mib=mem,
+        colocation=colocation,
     )

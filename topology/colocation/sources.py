@@ -36,16 +36,18 @@ from topology.colocation.profile import (
     ProfileError,
     parse_profile_key,
 )
+from topology.contract import (  # the annotation names are the programs' contract
+    ANN_ITERATION_MS,
+    ANN_KERNEL_OCCUPANCY,
+    ANN_MEM_BANDWIDTH_UTIL,
+    ANN_PROFILE,
+)
 
-PREFIX = "gputopo.io/"
-#: Pod annotation: C (Eq. 4.3), percent·µs over two iterations.
-ANN_KERNEL_OCCUPANCY = PREFIX + "kernel-occupancy"
-#: Pod annotation: M (Eq. 4.2), percent·µs over two iterations.
-ANN_MEM_BANDWIDTH_UTIL = PREFIX + "mem-bandwidth-util"
-#: Pod annotation: ``<model>:<batch>``, a key into the profile catalogs.
-ANN_PROFILE = PREFIX + "profile"
-#: Pod annotation: the job's solo iteration time, milliseconds (with explicit C/M).
-ANN_ITERATION_MS = PREFIX + "iteration-time-ms"
+__all__ = [
+    "ANN_ITERATION_MS", "ANN_KERNEL_OCCUPANCY", "ANN_MEM_BANDWIDTH_UTIL", "ANN_PROFILE",
+    "DEFAULT_MEMORY_MIB", "default_profile", "profile_key", "ratios_from_profile",
+    "resolve_profile",
+]
 
 #: Iteration time of the default profile, seconds (a mid-batch CIFAR iteration).
 DEFAULT_ITERATION_S = 0.05

@@ -262,16 +262,26 @@ def add_grant(
 
 
 def add_resident(usage: dict[int, GPUUsage], gpu: int, resident: Resident, *,
-                 slots: int) -> None:
+                 slots: int | None) -> None:
     """Add one co-located job to a usage map, in place — the one rule for how co-location
     slots add up on a GPU (decisions, the extender's allocation book, assignments read back
     from annotations).
 
+    Args:
+        usage: GPU index → :class:`GPUUsage`, changed in place.
+        gpu: the GPU.
+        resident: the job.
+        slots: refuse a job beyond this many on the GPU; None records what was found (a
+            state rebuilt from the API may show more than the node advertises today).
+
     Raises:
-        ValueError: the GPU is held whole or split into vGPU shares (one mode per GPU), all
-            ``slots`` are taken, or a job of that name already shares it.
+        ValueError: with ``slots``: the GPU is held whole or split into vGPU shares (one
+            mode per GPU), all slots are taken, or a job of that name already shares it.
     """
     u = usage.get(gpu, GPUUsage())
+    if slots is None:
+        usage[gpu] = replace(u, residents=u.residents + (resident,))
+        return
     if u.core_percent or u.memory_mib:
         raise ValueError(f"GPU {gpu} is held whole or split into vGPU shares; it cannot take "
                          "a co-location slot")

@@ -263,7 +263,7 @@ class NodeScore:
         quality: the quality term, [0, 1].
         fragmentation: the fragmentation term, [0, 1].
         kind: which quality rule applied: ``bandwidth``, ``preserve``, ``singular``,
-            ``share``, ``utility``.
+            ``share``, ``utility``, ``colocation``.
     """
 
     score: int
@@ -346,6 +346,52 @@ def quality(
     return _clamp(1.0 - (before - after) / sc.max_loss_gbps), "preserve"
 
 
+def colocation_score(decision: Decision) -> NodeScore:
+    """Score a co-location decision 0–10 from the policy's own cross-node preference
+    (``Decision.colocation.rank``, lower = better), so kube-scheduler ranks nodes as the
+    policy would:
+
+    * ``colocate`` (Tabrizian Algorithm 2: the GPU with the lowest ΣC): ``10 · c₀ / (c₀ + ΣC)``
+      with ``c₀ = threshold / 40`` (1·10⁶ at the default): an idle GPU scores 10, a GPU whose
+      jobs hold one ``c₀`` of C scores 5;
+    * ``gputopo`` (tiers, :mod:`topology.policies.colocate`): tier 0 (an isolated idle GPU) 10;
+      tier 1 (a worthwhile join) 7–9 by throughput gain; tier 2 (an idle GPU that breaks a
+      group) 3–6, lower for more PreservedBW lost; tier 3 (a small-gain join) 1–2;
+    * ``exclusive``: 10; ``random-colocate``: 1–10 from its random rank.
+
+    Fragmentation is left out: where a shared job goes is the policy's whole answer (its
+    tiers already weigh the PreservedBW an idle GPU costs).
+
+    Raises:
+        ValueError: ``decision`` is not a co-location decision.
+    """
+    c = decision.colocation
+    if c is None:
+        raise ValueError("not a co-location decision")
+    rank = c.rank
+    policy = decision.policy
+    if policy == "colocate":
+        c0 = c.threshold / 40.0
+        q = c0 / (c0 + max(0.0, rank[0] if rank else 0.0))
+    elif policy == "random-colocate":
+        q = 1.0 - 0.9 * (rank[0] if rank else 0.0)
+    elif policy == "exclusive" or not rank:
+        q = 1.0
+    else:  # gputopo's tiers
+        tier = int(rank[0])
+        if tier == 0:
+            q = 1.0
+        elif tier == 1:
+            q = 0.7 + 0.2 * _clamp(c.chosen.throughput_gain)
+        elif tier == 2:
+            lost = rank[1] if len(rank) > 1 else 0.0
+            q = 0.3 + 0.3 / (1.0 + lost / 100.0)
+        else:
+            q = 0.1 + 0.1 * _clamp(c.chosen.throughput_gain)
+    q = _clamp(q)
+    return NodeScore(score=int(round(10 * q)), quality=q, fragmentation=0.0, kind="colocation")
+
+
 def node_score(
     policy: str, topology: Topology, state: NodeState, request: Request, decision: Decision,
     *, evaluator: Evaluator, scale: ScoreScale | None = None,
@@ -365,11 +411,14 @@ def node_score(
             their topologies); None = this node's class alone.
 
     Returns:
-        ``round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))`` with its parts.
+        ``round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))`` with its parts; for a
+        co-location slot :func:`colocation_score`.
 
     Raises:
         UnknownPolicy: ``policy`` is not registered.
     """
+    if decision.colocation is not None:
+        return colocation_score(decision)
     t = class_tables(topology, evaluator.memo)
     q, kind = quality(policy, topology, state, request, decision, evaluator, t, scale)
     chosen = set(decision.gpus)
