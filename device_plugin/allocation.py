@@ -35,6 +35,7 @@ from device_plugin.kubelet_view import KubeletPods, KubeletView, NoKubeletView
 from device_plugin.metrics import Metrics
 from device_plugin.pods import PodInfo, PodSource, PodSourceError
 from device_plugin.response import ContainerGrant, grant
+from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import AssignmentError, parse_assignment
 from topology.model import Topology
 
@@ -42,14 +43,23 @@ log = logging.getLogger(__name__)
 
 
 class Inventory:
-    """The devices of every resource and their health (from :class:`HealthState`)."""
+    """The devices of every resource and their health (from :class:`HealthState`).
 
-    def __init__(self, topology: Topology, health: HealthState, unit_mib: int) -> None:
+    Args:
+        topology: this node's GPUs.
+        health: their health.
+        unit_mib: MiB per ``gputopo.io/vgpu-memory`` device.
+        slots: ``gputopo.io/gpu-shared`` devices (co-location slots) per GPU.
+    """
+
+    def __init__(self, topology: Topology, health: HealthState, unit_mib: int,
+                 slots: int = DEFAULT_SLOTS) -> None:
         self.topology = topology
         self.health = health
         self.unit_mib = unit_mib
+        self.slots = slots
         self.devices: dict[str, tuple[Device, ...]] = {
-            spec.name: build_devices(topology, spec, unit_mib) for spec in RESOURCES
+            spec.name: build_devices(topology, spec, unit_mib, slots) for spec in RESOURCES
         }
 
     def listing(self, resource: str) -> list[tuple[Device, bool]]:
@@ -79,6 +89,8 @@ class Allocator:
         unit_mib: MiB per vGPU-memory device.
         minors: GPU index → ``/dev/nvidia<minor>``.
         mps_pipe_dir: host MPS pipe directory.
+        mps_shm_dir: host directory the MPS control daemon uses as ``/dev/shm``; mounted at
+            ``/dev/shm`` in co-location slots' containers (None: not mounted).
         metrics: where to count.
         allocate_wait_s: when no pod is waiting at all, re-list for up to this long (the
             pod source may lag the kubelet by a moment).
@@ -96,6 +108,7 @@ class Allocator:
         unit_mib: int = 256,
         minors: Mapping[int, int] | None = None,
         mps_pipe_dir: Path = Path("/run/nvidia/mps"),
+        mps_shm_dir: Path | None = None,
         metrics: Metrics | None = None,
         allocate_wait_s: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -110,6 +123,7 @@ class Allocator:
             dict(minors) if minors is not None else {g.index: g.index for g in topology.gpus}
         )
         self.mps_pipe_dir = mps_pipe_dir
+        self.mps_shm_dir = mps_shm_dir
         self.metrics = metrics or Metrics()
         self.allocate_wait_s = allocate_wait_s
         self._sleep = sleep
@@ -230,6 +244,7 @@ class Allocator:
                         ordered,
                         minors=self.minors,
                         mps_pipe_dir=self.mps_pipe_dir,
+                        mps_shm_dir=self.mps_shm_dir,
                         device_exists=self._device_exists,
                     ),
                 )

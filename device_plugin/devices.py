@@ -1,14 +1,19 @@
 """The resources the plugin advertises and their device IDs (pure, except :func:`minor_numbers`).
 
-Three resources, one kubelet endpoint (unix socket) each:
+Four resources, one kubelet endpoint (unix socket) each:
 
-=======================  ==============================  ==================================
-resource                 one device is                   device ID
-=======================  ==============================  ==================================
-``nvidia.com/gpu``       one whole GPU                   ``<uuid>``
-``gputopo.io/vgpu-core`` 1 % of one GPU's compute        ``<uuid>::core-<n>``, n = 0..99
-``gputopo.io/vgpu-memory`` *unit* MiB of one GPU's memory ``<uuid>::mem-<n>``, n = 0..M-1
-=======================  ==============================  ==================================
+=========================  ==============================  ==================================
+resource                   one device is                   device ID
+=========================  ==============================  ==================================
+``nvidia.com/gpu``         one whole GPU                   ``<uuid>``
+``gputopo.io/vgpu-core``   1 % of one GPU's compute        ``<uuid>::core-<n>``, n = 0..99
+``gputopo.io/vgpu-memory`` *unit* MiB of one GPU's memory  ``<uuid>::mem-<n>``, n = 0..M-1
+``gputopo.io/gpu-shared``  one co-location slot of a GPU   ``<uuid>::slot-<n>``, n = 0..S-1
+=========================  ==============================  ==================================
+
+``S`` is ``--shared-slots`` (default 3, Tabrizian's largest co-located set): a GPU can carry
+at most S co-located jobs (the extender's co-location policies choose which share it, under
+CUDA MPS); the kubelet's own count of the slot devices enforces the same limit.
 
 ``M = memory_mib // unit``; the unit (default 256 MiB) keeps the list short: a 16 GiB V100
 gives 63 devices, an 80 GiB H100 320, where one device per MiB would give 81920 per GPU and
@@ -27,7 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from topology.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
+from topology.colocation.model import DEFAULT_SLOTS
+from topology.contract import (
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_VGPU_CORE,
+    RESOURCE_VGPU_MEMORY,
+)
 from topology.model import Topology
 from topology.policies.base import FULL_CORE
 
@@ -50,7 +61,7 @@ class ResourceSpec:
     Attributes:
         name: the extended-resource name.
         socket: the socket file name in the device-plugin directory.
-        kind: ``gpu`` | ``core`` | ``memory``.
+        kind: ``gpu`` | ``core`` | ``memory`` | ``shared``.
     """
 
     name: str
@@ -59,14 +70,20 @@ class ResourceSpec:
 
     @property
     def fractional(self) -> bool:
-        """A share of one GPU (vGPU core or memory units)."""
+        """Devices on one GPU (vGPU core or memory units, co-location slots)."""
         return self.kind != "gpu"
+
+    @property
+    def tag(self) -> str:
+        """The unit tag of this resource's device IDs (``core``, ``mem``, ``slot``)."""
+        return {"core": "core", "memory": "mem", "shared": "slot"}.get(self.kind, "")
 
 
 RESOURCES: tuple[ResourceSpec, ...] = (
     ResourceSpec(RESOURCE_GPU, "gputopo-gpu.sock", "gpu"),
     ResourceSpec(RESOURCE_VGPU_CORE, "gputopo-vgpu-core.sock", "core"),
     ResourceSpec(RESOURCE_VGPU_MEMORY, "gputopo-vgpu-memory.sock", "memory"),
+    ResourceSpec(RESOURCE_GPU_SHARED, "gputopo-gpu-shared.sock", "shared"),
 )
 BY_NAME: dict[str, ResourceSpec] = {r.name: r for r in RESOURCES}
 
@@ -108,12 +125,13 @@ def device_id(spec: ResourceSpec, uuid: str, unit: int | None = None) -> str:
     """The device ID of ``uuid`` (whole GPU) or of its vGPU ``unit``."""
     if spec.kind == "gpu":
         return uuid
-    tag = "core" if spec.kind == "core" else "mem"
-    return f"{uuid}{SEP}{tag}-{unit}"
+    return f"{uuid}{SEP}{spec.tag}-{unit}"
 
 
-def build_devices(topology: Topology, spec: ResourceSpec, unit_mib: int) -> tuple[Device, ...]:
-    """Every device of ``spec`` on ``topology``, GPU by GPU, unit by unit.
+def build_devices(topology: Topology, spec: ResourceSpec, unit_mib: int,
+                  slots: int = DEFAULT_SLOTS) -> tuple[Device, ...]:
+    """Every device of ``spec`` on ``topology``, GPU by GPU, unit by unit (``slots``
+    co-location slots per GPU for ``gputopo.io/gpu-shared``).
 
     Raises:
         DeviceIDError: an ID would exceed the kubelet's 63 characters (an unusual UUID).
@@ -124,6 +142,8 @@ def build_devices(topology: Topology, spec: ResourceSpec, unit_mib: int) -> tupl
             units: Sequence[int | None] = [None]
         elif spec.kind == "core":
             units = range(CORE_UNITS_PER_GPU)
+        elif spec.kind == "shared":
+            units = range(slots)
         else:
             units = range(memory_units(g.memory_mib, unit_mib))
         for u in units:
@@ -145,7 +165,7 @@ def gpu_of(spec: ResourceSpec, device: str) -> str:
             raise DeviceIDError(f"{device!r} is not a whole-GPU device ID")
         return device
     uuid, sep, rest = device.partition(SEP)
-    tag = "core-" if spec.kind == "core" else "mem-"
+    tag = f"{spec.tag}-"
     if not sep or not uuid or not rest.startswith(tag) or not rest[len(tag) :].isdigit():
         raise DeviceIDError(
             f"{device!r} is not a {spec.name} device ID ({uuid or 'GPU'}{SEP}{tag}<n>)"

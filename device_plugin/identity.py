@@ -96,7 +96,7 @@ class Need:
         assignment: the parsed assignment, or None when it cannot be used.
         problem: why the assignment cannot be used (one line), else None.
         gpus: GPU UUIDs this container may receive: the pod's remaining assigned GPUs for
-            ``nvidia.com/gpu``, the one assigned GPU for vGPU resources.
+            ``nvidia.com/gpu``, the one assigned GPU for vGPU resources and co-location slots.
         started: the pod already has allocation records (it is mid-admission).
     """
 
@@ -135,9 +135,10 @@ def _problem(
     kept = sum(c.limits[spec.name] for c in reqs if c.keeps_devices)
     peak = max([kept] + [c.limits[spec.name] for c in reqs if not c.keeps_devices])
     if spec.kind == "gpu":
-        if a.fractional:
+        if a.fractional or a.shared:
+            what = "a co-location slot on" if a.shared else "a fraction of"
             return a, (
-                f"requests {spec.name} but its gputopo assignment is a fraction of GPU "
+                f"requests {spec.name} but its gputopo assignment is {what} GPU "
                 f"{a.gpu_uuids[0]}"
             )
         if peak != len(a.gpu_uuids):
@@ -146,10 +147,25 @@ def _problem(
                 f"{len(a.gpu_uuids)} GPUs"
             )
         return a, None
-    if not a.fractional:
+    if spec.kind == "shared":
+        if not a.shared:
+            what = "a vGPU share" if a.fractional else f"{len(a.gpu_uuids)} whole GPU(s)"
+            return a, (
+                f"requests {spec.name} but its gputopo assignment is {what}, not a "
+                "co-location slot"
+            )
+        if peak != 1:
+            return a, f"requests {peak} {spec.name}; a pod holds one co-location slot"
+        return a, None
+    if not a.fractional and not a.shared:
         return a, (
             f"requests {spec.name} but its gputopo assignment is {len(a.gpu_uuids)} "
             "whole GPU(s), not a share"
+        )
+    if spec.kind == "core" and a.shared:
+        return a, (
+            f"requests {spec.name} but its gputopo assignment is a co-location slot, which "
+            "takes no vGPU-core"
         )
     if spec.kind == "core":
         share = a.core_percent

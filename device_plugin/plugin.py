@@ -89,13 +89,18 @@ def open_nvml(settings: DevicePluginSettings) -> tuple[Any, Topology]:
     return gpus.nvml, gpus.topology
 
 
-def advertised_resources(topology: Topology) -> tuple[ResourceSpec, ...]:
+def advertised_resources(topology: Topology, shared_slots: int = 3
+                         ) -> tuple[ResourceSpec, ...]:
     """The resources this node advertises: every one of :data:`RESOURCES`, except
     ``gputopo.io/vgpu-memory`` when no GPU's memory is known (advertising it with zero devices
-    would look like a full node rather than an unknown one)."""
+    would look like a full node rather than an unknown one), and ``gputopo.io/gpu-shared``
+    when ``shared_slots`` is 0."""
+    out = RESOURCES
     if unknown_memory(topology) == list(range(topology.size)):
-        return tuple(r for r in RESOURCES if r.kind != "memory")
-    return RESOURCES
+        out = tuple(r for r in out if r.kind != "memory")
+    if shared_slots <= 0:
+        out = tuple(r for r in out if r.kind != "shared")
+    return out
 
 
 def memory_notice(topology: Topology, settings: DevicePluginSettings) -> str | None:
@@ -135,7 +140,8 @@ class DevicePlugin:
     def __post_init__(self) -> None:
         s = self.settings
         self.health = HealthState(recovery_s=s.health_recovery_s)
-        self.inventory = Inventory(self.topology, self.health, s.vgpu_memory_unit_mib)
+        self.inventory = Inventory(self.topology, self.health, s.vgpu_memory_unit_mib,
+                                   s.shared_slots)
         proc = None if s.fake_topology else Path("/proc")
         self.allocator = Allocator(
             self.topology,
@@ -145,12 +151,13 @@ class DevicePlugin:
             unit_mib=s.vgpu_memory_unit_mib,
             minors=minor_numbers(self.topology, proc),
             mps_pipe_dir=s.mps_pipe_dir,
+            mps_shm_dir=s.mps_shm_dir,
             metrics=self.metrics,
             allocate_wait_s=s.allocate_wait_s,
             # a test node (fake topology) has no /dev/nvidia*: optionally omit missing nodes
             device_exists=os.path.exists if s.omit_missing_device_nodes else None,
         )
-        self.resources = advertised_resources(self.topology)
+        self.resources = advertised_resources(self.topology, s.shared_slots)
         self.servers = [
             ResourceServer(
                 spec,
@@ -170,7 +177,8 @@ class DevicePlugin:
         self.publish_loop = PublishLoop(
             self.publisher,
             s.node_name,
-            lambda: node_metadata(self.topology, self.health.unhealthy(), s.vgpu_memory_unit_mib),
+            lambda: node_metadata(self.topology, self.health.unhealthy(), s.vgpu_memory_unit_mib,
+                                  s.shared_slots),
             s.publish_interval_s,
             on_error=self.metrics.annotation_errors.inc,
         )

@@ -9,6 +9,8 @@ annotation ``gputopo.io/topology``         :func:`topology.serialization.dumps` 
 annotation ``gputopo.io/unhealthy-gpus``   comma-separated indices of GPUs with critical XIDs
                                            ("" when all are healthy)
 annotation ``gputopo.io/vgpu-memory-unit-mib``  MiB per ``gputopo.io/vgpu-memory`` device
+annotation ``gputopo.io/gpu-shared-slots``  co-location slots per GPU
+                                        (``gputopo.io/gpu-shared`` devices per GPU)
 label ``gputopo.io/gpu-model``             the GPU model, sanitised to a label value
                                            (``Tesla V100-SXM2-16GB`` → ``Tesla-V100-SXM2-16GB``;
                                            ``mixed`` when the GPUs differ)
@@ -32,6 +34,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from topology.contract import (
+    ANN_GPU_SHARED_SLOTS,
     ANN_TOPOLOGY,
     ANN_VGPU_MEMORY_UNIT,
     LABEL_GPU_MODEL,
@@ -76,14 +79,18 @@ def gpu_model_label(topology: Topology) -> str:
     return label_value(next(iter(names))) or "unknown"
 
 
-def node_metadata(topology: Topology, unhealthy: frozenset[str], unit_mib: int) -> NodeMetadata:
-    """The annotations and labels for ``topology`` with ``unhealthy`` GPU UUIDs."""
+def node_metadata(topology: Topology, unhealthy: frozenset[str], unit_mib: int,
+                  shared_slots: int = 3) -> NodeMetadata:
+    """The annotations and labels for ``topology`` with ``unhealthy`` GPU UUIDs
+    (``shared_slots``: co-location slots per GPU, published as
+    ``gputopo.io/gpu-shared-slots``)."""
     bad = sorted(g.index for g in topology.gpus if g.uuid in unhealthy)
     return NodeMetadata(
         annotations={
             ANN_TOPOLOGY: dumps(topology),
             ANN_UNHEALTHY_GPUS: ",".join(str(i) for i in bad),
             ANN_VGPU_MEMORY_UNIT: str(unit_mib),
+            ANN_GPU_SHARED_SLOTS: str(shared_slots),
         },
         labels={
             LABEL_GPU_MODEL: gpu_model_label(topology),

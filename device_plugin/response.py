@@ -17,6 +17,15 @@ CUDA MPS limits from the pod's grant — ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<co
 ``CUDA_MPS_PIPE_DIRECTORY`` and a mount of the MPS pipe directory. Both vGPU resources return
 the same full set, so a pod asking for either or both gets identical, conflict-free values
 (the kubelet merges the responses of all resources of a container).
+
+For a co-location slot (``gputopo.io/gpu-shared``, Tabrizian co-location under MPS): the one
+GPU of its assignment, ``CUDA_MPS_PIPE_DIRECTORY`` and a mount of the MPS pipe directory, the
+MPS control daemon's shared memory mounted at ``/dev/shm`` (when configured: MPS clients and
+server exchange work through it), and ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<MiB>M`` from the
+memory the extender reserved for it (the pod's ``gputopo.io/vgpu-memory`` request, else its
+profile's) — no ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE``: co-located jobs share all SMs, which
+is what Tabrizian's measurements assume. The slot and the pod's ``gputopo.io/vgpu-memory``
+units return the same set.
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ def grant(
     *,
     minors: Mapping[int, int],
     mps_pipe_dir: Path,
+    mps_shm_dir: Path | None = None,
     device_exists: Callable[[str], bool] | None = None,
 ) -> ContainerGrant:
     """The container's environment, devices and mounts for ``gpu_uuids`` of ``assignment``.
@@ -64,7 +74,9 @@ def grant(
         assignment: the pod's parsed assignment (fractional grants come from it).
         gpu_uuids: the GPUs this container receives (a subset of the assignment, in its order).
         minors: GPU index → ``/dev/nvidia<minor>``.
-        mps_pipe_dir: host MPS pipe directory (fractional grants only).
+        mps_pipe_dir: host MPS pipe directory (fractional grants and co-location slots).
+        mps_shm_dir: host directory the MPS control daemon uses as ``/dev/shm``, mounted at
+            ``/dev/shm`` for co-location slots (None: not mounted).
         device_exists: when given, device nodes for which it returns False are left out. A
             node with a fake topology (a test cluster, e.g. kind) has no ``/dev/nvidia*``; a
             device spec naming a missing host path would make the container fail to start.
@@ -97,4 +109,13 @@ def grant(
             envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={assignment.memory_mib}M"
         envs["CUDA_MPS_PIPE_DIRECTORY"] = str(mps_pipe_dir)
         mounts.append((str(mps_pipe_dir), str(mps_pipe_dir), False))
+    if assignment.shared:
+        if assignment.memory_mib > 0:
+            envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={assignment.memory_mib}M"
+        envs["CUDA_MPS_PIPE_DIRECTORY"] = str(mps_pipe_dir)
+        mounts.append((str(mps_pipe_dir), str(mps_pipe_dir), False))
+        if mps_shm_dir is not None:
+            mounts.append(("/dev/shm", str(mps_shm_dir), False))
+        if assignment.colocation is not None and assignment.colocation.profile.key:
+            envs["GPUTOPO_PROFILE"] = assignment.colocation.profile.key
     return ContainerGrant(envs=envs, devices=tuple(devices), mounts=tuple(mounts))

@@ -86,7 +86,12 @@ class DevicePluginSettings(BaseSettings):
             nodes that do not exist on the host (test clusters such as kind with a fake
             topology, where a missing host device would stop the container from starting).
         mps_pipe_dir: host directory of the CUDA MPS control daemon's pipes, mounted into
-            fractional containers at the same path.
+            fractional containers and co-location slots at the same path.
+        mps_shm_dir: host directory the MPS control daemon uses as ``/dev/shm`` (the chart's
+            MPS DaemonSet mounts it there), mounted at ``/dev/shm`` in co-location slots'
+            containers; unset = not mounted.
+        shared_slots: ``gputopo.io/gpu-shared`` devices (co-location slots) per GPU, published
+            on the node as ``gputopo.io/gpu-shared-slots``; 0 = the resource is not advertised.
         publish_interval_s: seconds between re-publications of the node's topology
             annotation and labels (also re-published at once on a health change).
         watch_interval_s: seconds between checks of ``kubelet.sock`` / our sockets.
@@ -129,6 +134,8 @@ class DevicePluginSettings(BaseSettings):
     vgpu_memory_unit_mib: Annotated[int, Field(ge=1, le=1 << 20)] = DEFAULT_VGPU_MEMORY_UNIT_MIB
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
     mps_pipe_dir: Path = Path("/run/nvidia/mps")
+    mps_shm_dir: Path | None = None
+    shared_slots: Annotated[int, Field(ge=0, le=48)] = 3
     omit_missing_device_nodes: bool = False
     publish_interval_s: Annotated[float, Field(gt=0)] = 60.0
     watch_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0

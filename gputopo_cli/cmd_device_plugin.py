@@ -68,6 +68,12 @@ def register(app: typer.Typer) -> None:
         mps_pipe_dir: Annotated[
             str | None, typer.Option(help="host CUDA MPS pipe directory (default: /run/nvidia/mps)")
         ] = None,
+        mps_shm_dir: Annotated[
+            str | None, typer.Option(help="host directory the MPS control daemon uses as /dev/shm, mounted at /dev/shm in co-location slots (default: none)")
+        ] = None,
+        shared_slots: Annotated[
+            str | None, typer.Option(help="gputopo.io/gpu-shared co-location slots per GPU; 0 = not advertised (default: 3)")
+        ] = None,
         omit_missing_device_nodes: Annotated[
             bool | None,
             typer.Option(
@@ -136,6 +142,8 @@ def register(app: typer.Typer) -> None:
             "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
             "pod_resources_socket": pod_resources_socket,
             "mps_pipe_dir": mps_pipe_dir,
+            "mps_shm_dir": mps_shm_dir,
+            "shared_slots": shared_slots,
             "omit_missing_device_nodes": omit_missing_device_nodes,
             "publish_interval_s": publish_interval,
             "log_level": log_level,

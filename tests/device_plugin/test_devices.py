@@ -36,7 +36,8 @@ def test_device_lists_of_every_catalog_machine(name: str) -> None:
             assert gpu_of(spec, d.id) == g.uuid
         per_gpu = {g.uuid: sum(1 for d in devices if d.uuid == g.uuid) for g in topo.gpus}
         for g in topo.gpus:
-            expected = {"gpu": 1, "core": 100, "memory": g.memory_mib // 256}[spec.kind]
+            expected = {"gpu": 1, "core": 100, "memory": g.memory_mib // 256,
+                        "shared": 3}[spec.kind]
             assert per_gpu[g.uuid] == expected
 
 

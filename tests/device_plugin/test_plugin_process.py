@@ -28,10 +28,17 @@ from localcluster.controlplane import free_port
 from tests.device_plugin.helpers import MACHINE, NODE, bound_pod, decide
 from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir, wait_for
 from topology import catalog, serialization
-from topology.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
-from topology.policies.base import NodeState, Request
+from topology.colocation.profile import builtin_catalog
+from topology.contract import (
+    ANN_GPU_SHARED_SLOTS,
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_VGPU_CORE,
+    RESOURCE_VGPU_MEMORY,
+)
+from topology.policies.base import NodeState, Request, SharedRequest
 
-RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY)
+RESOURCES = (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY, RESOURCE_GPU_SHARED)
 TOPO = catalog.get(MACHINE)
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 pytestmark = pytest.mark.timeout(120)
@@ -148,7 +155,7 @@ def test_registers_lists_devices_with_numa_and_publishes_topology(env) -> None: 
         assert regs[r].options.get_preferred_allocation_available
         assert regs[r].options.pre_start_required
         assert (plugin.dir / regs[r].endpoint).is_socket()
-    assert len({regs[r].endpoint for r in RESOURCES}) == 3
+    assert len({regs[r].endpoint for r in RESOURCES}) == 4
     opts = kubelet.client(RESOURCE_GPU).GetDevicePluginOptions(pb.Empty(), timeout=5)
     assert opts.get_preferred_allocation_available and opts.pre_start_required
 
@@ -161,6 +168,8 @@ def test_registers_lists_devices_with_numa_and_publishes_topology(env) -> None: 
     assert core[799].topology.nodes[0].ID == 1
     mem = kubelet.wait_devices(RESOURCE_VGPU_MEMORY, lambda ds: len(ds) == 8 * (16160 // 256))
     assert mem[-1].ID == f"{TOPO.gpus[7].uuid}::mem-62"
+    slots = kubelet.wait_devices(RESOURCE_GPU_SHARED, lambda ds: len(ds) == 8 * 3)
+    assert slots[-1].ID == f"{TOPO.gpus[7].uuid}::slot-2"
 
     node = wait_for(lambda: plugin.node().get("annotations") and plugin.node())
     assert node["node"] == NODE
@@ -170,6 +179,7 @@ def test_registers_lists_devices_with_numa_and_publishes_topology(env) -> None: 
         "gputopo.io/topology-class": TOPO.topology_class,
     }
     assert node["annotations"]["gputopo.io/vgpu-memory-unit-mib"] == "256"
+    assert node["annotations"][ANN_GPU_SHARED_SLOTS] == "3"
 
 
 def test_a_topo_matrix_text_publishes_what_topology_show_prints(env) -> None:  # type: ignore[no-untyped-def]
@@ -240,6 +250,74 @@ def test_whole_and_fractional_pods_get_their_assignment(env) -> None:  # type: i
     assert 'gputopo_dp_healthy_devices{resource="gputopo.io/vgpu-core"} 800.0' in text
     assert 'gputopo_dp_allocate_seconds_count{resource="nvidia.com/gpu"} 1.0' in text
     assert 'gputopo_dp_registrations_total{resource="nvidia.com/gpu"} 1.0' in text
+
+
+def test_colocation_slots_get_the_mps_environment(env) -> None:  # type: ignore[no-untyped-def]
+    """Co-location slots over the real gRPC API: each container gets its one GPU, the MPS
+    pipe directory and shared memory, and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its
+    gputopo.io/vgpu-memory request; two slots of one GPU are distinct devices."""
+    from topology.policies.evaluate import Evaluator
+
+    kubelet, plugin = env
+    cat = builtin_catalog()
+    place = Evaluator().place
+
+    def slot(name: str, key: str, mem_units: int | None, state: NodeState) -> Any:
+        prof = cat[key]
+        memory = mem_units * 256 if mem_units else prof.gpu_memory_mib
+        return place("gputopo", TOPO, state, Request(count=1, shared=SharedRequest(
+            prof, memory, name=f"default/{name}")))
+
+    a = slot("a", "vgg19:64", 16, NodeState())
+    state = NodeState().with_allocation(a)
+    b = slot("b", "vgg11:64", None, state)
+    assert b.gpus == a.gpus  # gputopo packs the two light jobs on one GPU
+    shm = plugin.dir / "mps-shm"
+    plugin.set_pods([
+        bound_pod("a", a, limits={RESOURCE_GPU_SHARED: 1, RESOURCE_VGPU_MEMORY: 16}),
+        bound_pod("b", b, limits={RESOURCE_GPU_SHARED: 1}),
+    ])  # fmt: skip
+    plugin.start("--mps-pipe-dir", "/run/gputopo/mps-pipe", "--mps-shm-dir", str(shm))
+    kubelet.wait_registered(RESOURCES)
+    for r in RESOURCES:
+        kubelet.watch(r)
+    kubelet.wait_devices(RESOURCE_GPU_SHARED, lambda ds: len(ds) == 24)
+
+    got = kubelet.admit_pod("default", "a", {RESOURCE_GPU_SHARED: 1, RESOURCE_VGPU_MEMORY: 16})
+    for res in (RESOURCE_GPU_SHARED, RESOURCE_VGPU_MEMORY):
+        envs = got[res].envs
+        assert envs["CUDA_VISIBLE_DEVICES"] == a.uuids[0]
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == a.uuids[0]
+        assert envs["CUDA_MPS_PIPE_DIRECTORY"] == "/run/gputopo/mps-pipe"
+        assert envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M"
+        assert envs["GPUTOPO_PROFILE"] == "vgg19:64"
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in envs
+        mounts = {(m.container_path, m.host_path) for m in got[res].mounts}
+        assert mounts == {("/run/gputopo/mps-pipe", "/run/gputopo/mps-pipe"),
+                          ("/dev/shm", str(shm))}
+        assert [d.host_path for d in got[res].devices][0] == f"/dev/nvidia{a.gpus[0]}"
+    got_b = kubelet.admit_pod("default", "b", {RESOURCE_GPU_SHARED: 1})[RESOURCE_GPU_SHARED]
+    assert got_b.envs["CUDA_VISIBLE_DEVICES"] == a.uuids[0]
+    mib = cat["vgg11:64"].gpu_memory_mib  # no vgpu-memory request: the profile's memory
+    assert got_b.envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={mib}M"
+    slot_a = kubelet.assigned[("default", "a", "main", RESOURCE_GPU_SHARED)]
+    slot_b = kubelet.assigned[("default", "b", "main", RESOURCE_GPU_SHARED)]
+    assert len(slot_a) == len(slot_b) == 1 and slot_a != slot_b
+    assert {s.split("::")[0] for s in slot_a | slot_b} == {a.uuids[0]}
+    assert set(parse_record(plugin.patches()["default/a"][ANN_ALLOCATED])) == {
+        RESOURCE_GPU_SHARED, RESOURCE_VGPU_MEMORY}
+
+
+def test_a_shared_request_without_a_slot_assignment_is_refused(env) -> None:  # type: ignore[no-untyped-def]
+    """A pod asking for a slot whose assignment is a whole GPU is refused, naming it."""
+    kubelet, plugin = env
+    whole = decide(TOPO, NodeState(), Request(count=1))
+    plugin.set_pods([bound_pod("odd", whole, limits={RESOURCE_GPU_SHARED: 1})])
+    start_and_watch(kubelet, plugin)
+    kubelet.wait_devices(RESOURCE_GPU_SHARED, lambda ds: len(ds) == 24)
+    err = rpc_error(lambda: kubelet.admit_pod("default", "odd", {RESOURCE_GPU_SHARED: 1}))
+    assert "default/odd" in (err.details() or "")
+    assert "not a co-location slot" in (err.details() or "")
 
 
 @pytest.mark.parametrize("oracle", [True, False], ids=["pod-resources", "creation-order"])
