@@ -22,6 +22,12 @@ from device_plugin.health import HealthState, start_nvml_watch, start_xid_file_f
 from device_plugin.kubelet_view import KubeletView, NoKubeletView, PodResourcesClient
 from device_plugin.metrics import Metrics
 from device_plugin.pods import FilePodSource, KubePodSource, PodSource
+from device_plugin.profiling import (
+    ConfigMapProfileSink,
+    FileProfileSink,
+    ProfileLoop,
+    ProfileSink,
+)
 from device_plugin.publish import (
     FileNodePublisher,
     KubeNodePublisher,
@@ -136,6 +142,7 @@ class DevicePlugin:
     view: KubeletView
     metrics: Metrics = field(default_factory=Metrics)
     stop_event: threading.Event = field(default_factory=threading.Event)
+    profile_sink: ProfileSink | None = None
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -183,6 +190,11 @@ class DevicePlugin:
             on_error=self.metrics.annotation_errors.inc,
         )
         self.health.on_change(self.publish_loop.kick)
+        self.profile_loop: ProfileLoop | None = None
+        if s.dcgm_exporter_url and self.profile_sink is not None:
+            self.profile_loop = ProfileLoop(
+                s.dcgm_exporter_url, s.node_name, self.pods, self.profile_sink,
+                interval_s=s.profile_interval_s, window=s.profile_window)
         self._metrics_server: Any = None
         for spec in self.resources:
             listing = self.inventory.listing(spec.name)
@@ -220,7 +232,15 @@ class DevicePlugin:
             if settings.pod_resources_socket
             else NoKubeletView()
         )
-        return cls(settings, nvml, topology, pods, publisher, view)
+        sink: ProfileSink | None = None
+        if settings.dcgm_exporter_url:
+            target = settings.profile_sink
+            if target.startswith("file:"):
+                sink = FileProfileSink(Path(target.removeprefix("file:")))
+            else:
+                ns, name = target.removeprefix("configmap:").split("/")
+                sink = ConfigMapProfileSink(kube(), ns, name, settings.api_timeout_s)
+        return cls(settings, nvml, topology, pods, publisher, view, profile_sink=sink)
 
     def start(self) -> None:
         """Serve every resource, register, and start the watcher, health, publishing and
@@ -253,6 +273,9 @@ class DevicePlugin:
             start_xid_file_feeder(s.fake_xid_file, self.nvml.inject_xid, self.stop_event,
                                   set_device_error=self.nvml.set_device_error)  # fmt: skip
         self.publish_loop.start(self.stop_event)
+        if self.profile_loop is not None:
+            self.profile_loop.start(self.stop_event)
+            log.info("measuring co-location profiles from %s", s.dcgm_exporter_url)
         self.watcher.check()
         self.watcher.start(self.stop_event)
         log.info(

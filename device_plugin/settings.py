@@ -92,6 +92,13 @@ class DevicePluginSettings(BaseSettings):
             containers; unset = not mounted.
         shared_slots: ``gputopo.io/gpu-shared`` devices (co-location slots) per GPU, published
             on the node as ``gputopo.io/gpu-shared-slots``; 0 = the resource is not advertised.
+        dcgm_exporter_url: dcgm-exporter's ``/metrics`` URL on this node (e.g.
+            ``http://localhost:9400/metrics``): measure co-location profiles of jobs running
+            alone (:mod:`device_plugin.profiling`); "" = off.
+        profile_sink: where measured profiles go: ``configmap:NAMESPACE/NAME`` (data key
+            ``<node>.yaml``) or ``file:PATH``; required with ``dcgm_exporter_url``.
+        profile_interval_s: seconds between dcgm-exporter scrapes.
+        profile_window: consecutive scrapes of a job alone that make one measurement.
         publish_interval_s: seconds between re-publications of the node's topology
             annotation and labels (also re-published at once on a health change).
         watch_interval_s: seconds between checks of ``kubelet.sock`` / our sockets.
@@ -136,6 +143,10 @@ class DevicePluginSettings(BaseSettings):
     mps_pipe_dir: Path = Path("/run/nvidia/mps")
     mps_shm_dir: Path | None = None
     shared_slots: Annotated[int, Field(ge=0, le=48)] = 3
+    dcgm_exporter_url: str = ""
+    profile_sink: str = ""
+    profile_interval_s: Annotated[float, Field(gt=0, le=3600)] = 10.0
+    profile_window: Annotated[int, Field(ge=1, le=1000)] = 6
     omit_missing_device_nodes: bool = False
     publish_interval_s: Annotated[float, Field(gt=0)] = 60.0
     watch_interval_s: Annotated[float, Field(gt=0, le=60)] = 1.0
@@ -190,6 +201,16 @@ class DevicePluginSettings(BaseSettings):
             raise ValueError("node name is required (--node-name or the NODE_NAME variable)")
         if self.fake_xid_file is not None and not self.fake_topology:
             raise ValueError("fake_xid_file needs fake_topology (it feeds the fake NVML)")
+        if self.dcgm_exporter_url:
+            if not self.dcgm_exporter_url.startswith(("http://", "https://")):
+                raise ValueError("dcgm_exporter_url must be an http(s) URL")
+            sink = self.profile_sink
+            ok = (sink.startswith("file:") and len(sink) > 5) or (
+                sink.startswith("configmap:") and sink.count("/") == 1
+                and all(sink.removeprefix("configmap:").split("/")))
+            if not ok:
+                raise ValueError("dcgm_exporter_url needs profile_sink "
+                                 "configmap:NAMESPACE/NAME or file:PATH")
         return self
 
     @property

@@ -74,6 +74,18 @@ def register(app: typer.Typer) -> None:
         shared_slots: Annotated[
             str | None, typer.Option(help="gputopo.io/gpu-shared co-location slots per GPU; 0 = not advertised (default: 3)")
         ] = None,
+        dcgm_exporter_url: Annotated[
+            str | None, typer.Option(help="dcgm-exporter /metrics URL on this node (e.g. http://localhost:9400/metrics): measure co-location profiles of jobs running alone (default: off)")
+        ] = None,
+        profile_sink: Annotated[
+            str | None, typer.Option(help="where measured profiles go: configmap:NAMESPACE/NAME (data key <node>.yaml) or file:PATH")
+        ] = None,
+        profile_interval: Annotated[
+            str | None, typer.Option(help="seconds between dcgm-exporter scrapes (default: 10)")
+        ] = None,
+        profile_window: Annotated[
+            str | None, typer.Option(help="scrapes of a job alone per measurement (default: 6)")
+        ] = None,
         omit_missing_device_nodes: Annotated[
             bool | None,
             typer.Option(
@@ -144,6 +156,10 @@ def register(app: typer.Typer) -> None:
             "mps_pipe_dir": mps_pipe_dir,
             "mps_shm_dir": mps_shm_dir,
             "shared_slots": shared_slots,
+            "dcgm_exporter_url": dcgm_exporter_url,
+            "profile_sink": profile_sink,
+            "profile_interval_s": profile_interval,
+            "profile_window": profile_window,
             "omit_missing_device_nodes": omit_missing_device_nodes,
             "publish_interval_s": publish_interval,
             "log_level": log_level,

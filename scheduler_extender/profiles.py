@@ -52,16 +52,27 @@ class ColocationInputs:
 
 @dataclass
 class _Watched:
+    """A catalog file, or a directory of them (a mounted ConfigMap with one key per node:
+    the documents are merged in name order)."""
+
     path: Path
     source: str
-    stamp: tuple[float, int] | None = None
+    stamp: tuple[tuple[str, float, int], ...] | None = None
     catalog: ProfileCatalog | None = None
     problem: str = ""
 
+    def _files(self) -> list[Path]:
+        if self.path.is_dir():
+            return sorted(p for p in self.path.iterdir()
+                          if p.suffix in (".yaml", ".yml", ".json") and p.is_file()
+                          and not p.name.startswith("."))
+        return [self.path] if self.path.exists() else []
+
     def current(self) -> ProfileCatalog | None:
         try:
-            st = self.path.stat()
-            stamp: tuple[float, int] | None = (st.st_mtime, st.st_size)
+            files = self._files()
+            stamp: tuple[tuple[str, float, int], ...] | None = tuple(
+                (str(f), f.stat().st_mtime, f.stat().st_size) for f in files) or None
         except OSError:
             stamp = None
         if stamp == self.stamp:
@@ -71,7 +82,11 @@ class _Watched:
             self.catalog = None
             return None
         try:
-            self.catalog = load_catalog_file(self.path, source=self.source)
+            merged: ProfileCatalog | None = None
+            for f in files:
+                one = load_catalog_file(f, source=self.source)
+                merged = one if merged is None else merged.overlay(one, name=merged.name)
+            self.catalog = merged
             self.problem = ""
         except ProfileError as exc:
             self.problem = str(exc)
@@ -86,8 +101,9 @@ class ProfileLayers:
 
     Args:
         catalog: a shipped catalog name or a catalog file (read once).
-        user_file: the user's catalog file (re-read on change), or None.
-        measured_file: the measured-profiles file (re-read on change), or None.
+        user_file: the user's catalog file or directory (re-read on change), or None.
+        measured_file: the measured-profiles file or directory (a mounted ConfigMap with
+            one document per node; re-read on change), or None.
         threshold: the ΣC threshold.
 
     Raises:
