@@ -183,7 +183,9 @@ def test_extender_settings_file_is_accepted_by_the_extender(
     path.write_text(cm["data"]["extender.yaml"])
     data = read_config_file(path)  # unknown keys would raise SettingsError
     assert data == {"host": "0.0.0.0", "port": 8888, "state": "kubernetes",
-                    "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256}
+                    "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256,
+                    "colocation_policy": "gputopo", "colocation_threshold": 4e7,
+                    "profile_catalog": "v100-cifar10-w10"}
     # one unit for both programs: the device plugins' value
     dp = find(variants["default"], "DaemonSet", "gputopo-device-plugin")
     env = {e["name"]: e.get("value") for e in container(dp)["env"]}
@@ -387,6 +389,7 @@ def test_scheduler_config_default(variants: dict[str, list[Obj]]) -> None:
             {"name": "nvidia.com/gpu", "ignoredByScheduler": False},
             {"name": "gputopo.io/vgpu-core", "ignoredByScheduler": True},
             {"name": "gputopo.io/vgpu-memory", "ignoredByScheduler": True},
+            {"name": "gputopo.io/gpu-shared", "ignoredByScheduler": False},
         ],
     }
     # The managed resources are exactly the contract's, and whole GPUs stay counted by the
@@ -606,3 +609,82 @@ def test_render_deploy_script_check_mode(helm_available: None) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "up to date" in proc.stdout
+
+
+# ------------------------------------------------------------------ co-location
+
+
+COLOCATION_VALUES = {
+    "mps": {"enabled": True},
+    "devicePlugin": {"sharedSlots": 2, "profiling": {"enabled": True, "window": 4}},
+    "extender": {"colocation": {"policy": "colocate", "threshold": 3.0e7,
+                                "userProfiles": "apiVersion: gputopo.io/v1\n"}},
+}
+
+
+def test_colocation_values_render(helm_available: None, tmp_path: Path) -> None:
+    """The MPS control daemon per GPU node (host pipe, log and shm directories shared with
+    the pods through the device plugin), slots and measured profiles on the device plugin,
+    co-location settings and profile mounts on the extender, gpu-shared in the scheduler."""
+    from scheduler_extender.settings import read_config_file
+
+    objs = render_manifests(COLOCATION_VALUES)
+    mps = find(objs, "DaemonSet", "gputopo-mps-control-daemon")
+    pod = mps["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    c = container(mps)
+    script = c["args"][0]
+    assert "nvidia-cuda-mps-control -d" in script and "EXCLUSIVE_PROCESS" in script
+    assert "echo quit | nvidia-cuda-mps-control" in script
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/nvidia/mps"
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == "/var/log/nvidia-mps"
+    host = {v["name"]: v["hostPath"]["path"] for v in pod["volumes"]}
+    assert host == {"mps-pipe": "/run/nvidia/mps", "mps-log": "/var/log/nvidia-mps",
+                    "mps-shm": "/run/nvidia/mps-shm"}
+    assert {m["mountPath"] for m in c["volumeMounts"]} >= {"/dev/shm", "/run/nvidia/mps"}
+
+    dp = find(objs, "DaemonSet", "gputopo-device-plugin")
+    env = {e["name"]: e.get("value") for e in container(dp)["env"]}
+    assert env["GPUTOPO_DP_SHARED_SLOTS"] == "2"
+    assert env["GPUTOPO_DP_MPS_PIPE_DIR"] == "/run/nvidia/mps"
+    assert env["GPUTOPO_DP_MPS_SHM_DIR"] == "/run/nvidia/mps-shm"  # the daemon's /dev/shm
+    assert env["GPUTOPO_DP_PROFILE_SINK"] == \
+        "configmap:gputopo-system/gputopo-measured-profiles"
+    assert env["GPUTOPO_DP_PROFILE_WINDOW"] == "4"
+    assert env["GPUTOPO_DP_DCGM_EXPORTER_URL"] == "http://$(NODE_IP):9400/metrics"
+    role = find(objs, "Role", "gputopo-device-plugin-profiles")
+    assert role["rules"][0]["resourceNames"] == ["gputopo-measured-profiles"]
+    load_settings({"node_name": "n", "shared_slots": env["GPUTOPO_DP_SHARED_SLOTS"],
+                   "dcgm_exporter_url": "http://10.0.0.1:9400/metrics",
+                   "profile_sink": env["GPUTOPO_DP_PROFILE_SINK"]})  # accepted
+
+    cm = find(objs, "ConfigMap", "gputopo-extender")
+    path = tmp_path / "extender.yaml"
+    path.write_text(cm["data"]["extender.yaml"])
+    data = read_config_file(path)
+    assert data["colocation_policy"] == "colocate" and data["colocation_threshold"] == 3e7
+    assert data["user_profiles"] == "/etc/gputopo-profiles/user"
+    assert data["measured_profiles"] == "/etc/gputopo-profiles/measured"
+    ext = find(objs, "Deployment", "gputopo-extender")
+    vols = {v["name"]: v for v in ext["spec"]["template"]["spec"]["volumes"]}
+    assert vols["measured-profiles"]["configMap"] == {"name": "gputopo-measured-profiles",
+                                                       "optional": True}
+    assert vols["user-profiles"]["configMap"]["name"] == "gputopo-extender-user-profiles"
+    mounts = {m["name"]: m["mountPath"] for m in container(ext)["volumeMounts"]}
+    assert mounts["user-profiles"] == "/etc/gputopo-profiles/user"
+    user = find(objs, "ConfigMap", "gputopo-extender-user-profiles")
+    assert user["data"]["profiles.yaml"].startswith("apiVersion: gputopo.io/v1")
+    managed = {r["name"]: r["ignoredByScheduler"]
+               for r in sched_config(objs)["extenders"][0]["managedResources"]}
+    assert managed["gputopo.io/gpu-shared"] is False
+
+
+def test_colocation_is_off_by_default(variants: dict[str, list[Obj]]) -> None:
+    objs = variants["default"]
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert ("DaemonSet", "gputopo-mps-control-daemon") not in kinds
+    assert ("Role", "gputopo-device-plugin-profiles") not in kinds
+    env = {e["name"]: e.get("value") for e in container(
+        find(objs, "DaemonSet", "gputopo-device-plugin"))["env"]}
+    assert env["GPUTOPO_DP_SHARED_SLOTS"] == "3" and "GPUTOPO_DP_MPS_SHM_DIR" not in env

@@ -20,6 +20,12 @@
 {{- define "gputopo.extender.fullname" -}}{{ include "gputopo.fullname" . }}-extender{{- end -}}
 {{- define "gputopo.scheduler.fullname" -}}{{ include "gputopo.fullname" . }}-scheduler{{- end -}}
 {{- define "gputopo.devicePlugin.fullname" -}}{{ include "gputopo.fullname" . }}-device-plugin{{- end -}}
+{{- define "gputopo.mps.fullname" -}}{{ include "gputopo.fullname" . }}-mps-control-daemon{{- end -}}
+{{/* The ConfigMap the device plugins write measured co-location profiles to (one key per node). */}}
+{{- define "gputopo.measuredProfiles" -}}{{ include "gputopo.fullname" . }}-measured-profiles{{- end -}}
+{{- define "gputopo.userProfiles" -}}
+{{- .Values.extender.colocation.userProfilesConfigMap | default (printf "%s-user-profiles" (include "gputopo.extender.fullname" .)) -}}
+{{- end -}}
 
 {{/* Labels on every object. */}}
 {{- define "gputopo.labels" -}}
@@ -159,6 +165,16 @@ policy: {{ .Values.extender.policy }}
 log_level: {{ .Values.extender.logLevel }}
 # the device plugins' unit (one value for both programs: pods count vGPU memory in it)
 vgpu_memory_unit_mib: {{ .Values.devicePlugin.vgpuMemoryUnitMiB }}
+# co-location (gputopo.io/gpu-shared pods)
+colocation_policy: {{ .Values.extender.colocation.policy }}
+colocation_threshold: {{ .Values.extender.colocation.threshold | float64 | printf "%.1f" }}
+profile_catalog: {{ .Values.extender.colocation.profileCatalog }}
+{{- if or .Values.extender.colocation.userProfiles .Values.extender.colocation.userProfilesConfigMap }}
+user_profiles: /etc/gputopo-profiles/user
+{{- end }}
+{{- if and .Values.devicePlugin.enabled .Values.devicePlugin.profiling.enabled }}
+measured_profiles: /etc/gputopo-profiles/measured
+{{- end }}
 {{- if .Values.extender.tls.enabled }}
 tls_cert: /etc/gputopo-tls/tls.crt
 tls_key: /etc/gputopo-tls/tls.key
@@ -255,6 +271,29 @@ spec:
             {{- end }}
             - name: GPUTOPO_DP_HEALTH_RECOVERY_S
               value: {{ $dp.healthRecoverySeconds | quote }}
+            - name: GPUTOPO_DP_SHARED_SLOTS
+              value: {{ $dp.sharedSlots | quote }}
+            {{- if $root.Values.mps.enabled }}
+            # the MPS control daemon's pipes and /dev/shm, handed to co-location slots
+            - name: GPUTOPO_DP_MPS_PIPE_DIR
+              value: {{ $root.Values.mps.pipeDir | quote }}
+            - name: GPUTOPO_DP_MPS_SHM_DIR
+              value: {{ $root.Values.mps.shmDir | quote }}
+            {{- end }}
+            {{- if $dp.profiling.enabled }}
+            - name: NODE_IP
+              valueFrom:
+                fieldRef:
+                  fieldPath: status.hostIP
+            - name: GPUTOPO_DP_DCGM_EXPORTER_URL
+              value: {{ $dp.profiling.dcgmExporterUrl | quote }}
+            - name: GPUTOPO_DP_PROFILE_SINK
+              value: {{ printf "configmap:%s/%s" $root.Release.Namespace (include "gputopo.measuredProfiles" $root) | quote }}
+            - name: GPUTOPO_DP_PROFILE_INTERVAL_S
+              value: {{ $dp.profiling.intervalSeconds | quote }}
+            - name: GPUTOPO_DP_PROFILE_WINDOW
+              value: {{ $dp.profiling.window | quote }}
+            {{- end }}
             - name: GPUTOPO_DP_LOG_LEVEL
               value: {{ $dp.logLevel | quote }}
             - name: PYTHONUNBUFFERED
