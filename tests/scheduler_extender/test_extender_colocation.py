@@ -13,7 +13,11 @@ import pytest
 from scheduler_extender.kubernetes_state import KubernetesState
 from scheduler_extender.podspec import PodSpecError, choose_policy, parse_pod
 from scheduler_extender.profiles import ColocationInputs, ProfileLayers
-from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+from scheduler_extender.schemas import (
+    ExtenderArgs,
+    ExtenderBindingArgs,
+    ExtenderPreemptionArgs,
+)
 from scheduler_extender.state import Allocation, MemoryState, PodRef, ReservationConflict
 from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
@@ -310,3 +314,27 @@ def test_assignment_round_trip() -> None:
     broken = dict(ann, **{ANN_COLOCATION: "{}"})
     with pytest.raises(AssignmentError, match="iteration_s"):
         parse_assignment(broken)
+
+
+def test_preempt_for_a_shared_pod_judges_slots() -> None:
+    """``/preempt`` for a ``gpu-shared`` pod asks the co-location policy about the node as
+    the victims' eviction would leave it: evicting the heavy resident that keeps ΣC over the
+    threshold helps; a node where nothing is proposed is dropped; the live state is
+    untouched."""
+    state = MemoryState({"one": ONE, "two": ONE})
+    ext = Extender(state, "colocate")
+    assert schedule(ext, state, shared_pod("big-a", "resnet50:256"), ["one"])[0] == "one"
+    assert schedule(ext, state, shared_pod("big-b", "resnet50:256"), ["two"])[0] == "two"
+    assert schedule(ext, state, shared_pod("mid", "vgg11:64"), ["one", "two"])[0] is None
+    uids = {a.pod.name: a.pod.uid for a in state.allocations()}
+    args = ExtenderPreemptionArgs.model_validate({
+        "Pod": shared_pod("mid", "vgg11:64"), "NodeNameToVictims": None,
+        "NodeNameToMetaVictims": {
+            "one": {"Pods": [{"UID": uids["big-a"]}], "NumPDBViolations": 0},
+            "two": None,
+        }})
+    before = state.node_state("one").key()
+    reply = ext.preempt(args)
+    assert list(reply["NodeNameToMetaVictims"]) == ["one"]
+    assert reply["NodeNameToMetaVictims"]["one"]["Pods"] == [{"UID": uids["big-a"]}]
+    assert state.node_state("one").key() == before
