@@ -14,12 +14,14 @@ Pieces:
   (``device_plugin.publish.node_metadata``: the ``gputopo.io/topology`` annotation, the vGPU
   memory unit, the model and topology-class labels) and the capacity the kubelet would report
   from the plugin's devices (``nvidia.com/gpu`` = GPUs, ``gputopo.io/vgpu-core`` = 100 per GPU,
-  ``gputopo.io/vgpu-memory`` = units per GPU, summed).
+  ``gputopo.io/vgpu-memory`` = units per GPU, summed, ``gputopo.io/gpu-shared`` = co-location
+  slots per GPU × GPUs).
 * :class:`ExtenderProcess`: the real ``gputopo extender --state kubernetes`` as a child process
   on 127.0.0.1, stopped (or killed) by PID.
 * :func:`scheduler_config`: the chart's KubeSchedulerConfiguration
   (:func:`localcluster.chart.render_scheduler_config`) with leader election off.
-* :class:`GpuPod`: a GPU pod for ``gputopo-scheduler`` (whole GPUs or a share).
+* :class:`GpuPod`: a GPU pod for ``gputopo-scheduler`` (whole GPUs, a share, or a
+  co-location slot with its profile).
 
 kwok nodes count ``gputopo.io/vgpu-memory`` in the contract's units
 (:data:`topology.contract.DEFAULT_VGPU_MEMORY_UNIT_MIB`, 256 MiB), as the device
@@ -52,12 +54,15 @@ from localcluster.controlplane import ControlPlane, ControlPlaneError, free_port
 from localcluster.process import ManagedProcess
 from scheduler_extender.podspec import pod_resources
 from topology import catalog
+from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_PATTERN,
     ANN_POLICY,
+    ANN_PROFILE,
     DEFAULT_VGPU_MEMORY_UNIT_MIB,
     RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
     Assignment,
@@ -95,15 +100,21 @@ def resolve_machine(machine: str | Topology) -> Topology:
     return machine if isinstance(machine, Topology) else catalog.get(machine)
 
 
-def gpu_capacity(topology: Topology, unit_mib: int) -> dict[str, str]:
+def gpu_capacity(
+    topology: Topology, unit_mib: int, shared_slots: int = DEFAULT_SLOTS
+) -> dict[str, str]:
     """The extended-resource capacity the kubelet reports for the device plugin's devices:
     ``nvidia.com/gpu`` (GPUs), ``gputopo.io/vgpu-core`` (100 per GPU),
-    ``gputopo.io/vgpu-memory`` (⌊memory MiB / ``unit_mib``⌋ per GPU, summed)."""
-    return {
+    ``gputopo.io/vgpu-memory`` (⌊memory MiB / ``unit_mib``⌋ per GPU, summed),
+    ``gputopo.io/gpu-shared`` (``shared_slots`` per GPU; none when 0)."""
+    out = {
         RESOURCE_GPU: str(topology.size),
         RESOURCE_VGPU_CORE: str(100 * topology.size),
         RESOURCE_VGPU_MEMORY: str(sum(memory_units(g.memory_mib, unit_mib) for g in topology.gpus)),
     }
+    if shared_slots:
+        out[RESOURCE_GPU_SHARED] = str(shared_slots * topology.size)
+    return out
 
 
 def add_gpu_node(
@@ -113,6 +124,7 @@ def add_gpu_node(
     *,
     unit_mib: int = KWOK_VGPU_MEMORY_UNIT_MIB,
     taints: Sequence[Mapping[str, str]] = (),
+    shared_slots: int = DEFAULT_SLOTS,
 ) -> Topology:
     """Create a kwok GPU node looking as if the device plugin ran on it.
 
@@ -122,6 +134,8 @@ def add_gpu_node(
         machine: a catalog name (``dgx1-v100``, ``dgx-a100``, ``pcie-8gpu``, ...) or a topology.
         unit_mib: MiB per ``gputopo.io/vgpu-memory`` unit (published and used for capacity).
         taints: ``{"key", "value", "effect"}`` taints to put on the node.
+        shared_slots: co-location slots per GPU (published as ``gputopo.io/gpu-shared-slots``
+            and counted in the ``gputopo.io/gpu-shared`` capacity).
 
     Returns:
         The node's topology (its annotation is ``topology.serialization.dumps`` of it).
@@ -131,9 +145,10 @@ def add_gpu_node(
         kubernetes.client.exceptions.ApiException: the API server refused.
     """
     topo = resolve_machine(machine)
-    meta = node_metadata(topo, frozenset(), unit_mib)
+    meta = node_metadata(topo, frozenset(), unit_mib, shared_slots)
     cpus = {c for g in topo.gpus for c in g.cpu_affinity}
-    capacity = {"cpu": str(max(len(cpus), 8)), "memory": "1Ti", **gpu_capacity(topo, unit_mib)}
+    capacity = {"cpu": str(max(len(cpus), 8)), "memory": "1Ti",
+                **gpu_capacity(topo, unit_mib, shared_slots)}
     cp.add_kwok_node(name, capacity, annotations=meta.annotations, labels=meta.labels)
     if taints:
         cp.core_v1().patch_node(name, {"spec": {"taints": [dict(t) for t in taints]}})
@@ -286,8 +301,9 @@ def scheduler_name(config_yaml: str) -> str:
 # ---------------------------------------------------------------------------- pods
 @dataclass(frozen=True)
 class GpuPod:
-    """A pod asking for whole GPUs (``gpus``) or a share (``core_percent``/``memory_mib``),
-    or nothing gputopo manages (all zero).
+    """A pod asking for whole GPUs (``gpus``), a share (``core_percent``/``memory_mib``), a
+    co-location slot (``shared``, with ``memory_mib`` as its reserved GPU memory), or nothing
+    gputopo manages (all zero).
 
     Attributes:
         name: pod name.
@@ -302,6 +318,9 @@ class GpuPod:
         tolerations: ``spec.tolerations`` (dicts as in the API).
         labels: extra labels.
         priority_class: ``spec.priorityClassName`` (None: the cluster default, priority 0).
+        shared: ask for one ``gputopo.io/gpu-shared`` co-location slot.
+        profile: ``gputopo.io/profile`` annotation (``<model>:<batch>``; None: not set).
+        annotations: more annotations (e.g. ``gputopo.io/kernel-occupancy``).
     """
 
     name: str
@@ -315,17 +334,23 @@ class GpuPod:
     tolerations: Sequence[Mapping[str, str]] = ()
     labels: Mapping[str, str] | None = None
     priority_class: str | None = None
+    shared: bool = False
+    profile: str | None = None
+    annotations: Mapping[str, str] | None = None
 
     @property
     def fractional(self) -> bool:
         """A share of one GPU."""
-        return self.gpus == 0 and (self.core_percent > 0 or self.memory_mib > 0)
+        return self.gpus == 0 and not self.shared and (
+            self.core_percent > 0 or self.memory_mib > 0)
 
     def limits(self) -> dict[str, str]:
         """The container's gputopo resource limits."""
         out: dict[str, str] = {}
         if self.gpus:
             out[RESOURCE_GPU] = str(self.gpus)
+        if self.shared:
+            out[RESOURCE_GPU_SHARED] = "1"
         if self.core_percent:
             out[RESOURCE_VGPU_CORE] = str(self.core_percent)
         if self.memory_mib:
@@ -337,7 +362,9 @@ class GpuPod:
         self, namespace: str = DEFAULT_NAMESPACE, scheduler: str = SCHEDULER_NAME
     ) -> dict[str, Any]:
         """The ``v1.Pod`` (a JSON dict) to create."""
-        annotations: dict[str, str] = {}
+        annotations: dict[str, str] = dict(self.annotations or {})
+        if self.profile is not None:
+            annotations[ANN_PROFILE] = self.profile
         if self.pattern is not None:
             annotations[ANN_PATTERN] = self.pattern
         if self.sensitive is not None:
@@ -421,20 +448,24 @@ def node_state(placements: Iterable[Placement], node: str) -> NodeState:
 
 
 def booking_problems(
-    pods: Iterable[Mapping[str, Any]], topologies: Mapping[str, Topology]
+    pods: Iterable[Mapping[str, Any]], topologies: Mapping[str, Topology],
+    slots: int = DEFAULT_SLOTS,
 ) -> list[str]:
     """Everything wrong with the GPU bookings of ``pods`` (empty: all consistent).
 
     Checked for every bound pod asking for gputopo resources: its annotations parse and name
     its node; the GPUs exist on that node's topology (``topologies``) with the annotated
     UUIDs, CPU affinity and NUMA nodes; a whole-GPU pod got as many GPUs as it asked for, a
-    share pod one GPU with the core percentage it asked for; and per node no GPU is held
-    whole by two pods or whole and shared at once, and the shares of one GPU add up to at
-    most 100 % of its compute and its memory (MiB).
+    share pod one GPU with the core percentage it asked for, a co-location pod
+    (``gputopo.io/gpu-shared``) one GPU with its co-location record; and per node no GPU is
+    held whole by two pods or whole and shared at once, no GPU carries both vGPU shares and
+    co-located jobs or more co-located jobs than ``slots``, and the shares (or co-located
+    jobs) of one GPU add up to at most 100 % of its compute and its memory (MiB).
     """
     problems: list[str] = []
     whole: dict[tuple[str, int], str] = {}
     shares: dict[tuple[str, int], list[tuple[str, int, int]]] = {}
+    colocated: dict[tuple[str, int], list[tuple[str, int]]] = {}
     for pod in pods:
         name = (pod.get("metadata") or {}).get("name", "?")
         try:
@@ -464,7 +495,13 @@ def booking_problems(
             problems.append(f"{name}: numa-nodes {a.numa_nodes}, expected "
                             f"{topo.numa_nodes(a.gpu_indices)}")
         gpus = pl.requested[RESOURCE_GPU]
-        if gpus:
+        if pl.requested[RESOURCE_GPU_SHARED]:
+            if not a.shared or len(a.gpu_indices) != 1:
+                problems.append(f"{name}: asked for a co-location slot, got {a.gpu_indices} "
+                                "without a co-location record")
+                continue
+            colocated.setdefault((pl.node, a.gpu_indices[0]), []).append((name, a.memory_mib))
+        elif gpus:
             if a.fractional or len(a.gpu_indices) != gpus:
                 problems.append(f"{name}: asked for {gpus} GPUs, got {a.gpu_indices} "
                                 f"(share {a.core_percent}%/{a.memory_mib} MiB)")
@@ -492,6 +529,18 @@ def booking_problems(
         if core > FULL_CORE or mem > capacity:
             problems.append(f"{node} GPU {i} over-committed: {core}% and {mem} of {capacity} "
                             f"MiB ({names})")
+    for (node, i), jobs in sorted(colocated.items()):
+        names = ", ".join(n for n, _ in jobs)
+        if (node, i) in whole:
+            problems.append(f"{node} GPU {i} held whole by {whole[(node, i)]} and co-located "
+                            f"by {names}")
+        if (node, i) in shares:
+            problems.append(f"{node} GPU {i} split into vGPU shares and co-located by {names}")
+        mem = sum(m for _, m in jobs)
+        capacity = topologies[node].gpus[i].memory_mib
+        if len(jobs) > slots or mem > capacity:
+            problems.append(f"{node} GPU {i} over-committed: {len(jobs)} co-located jobs "
+                            f"(slots {slots}), {mem} of {capacity} MiB ({names})")
     return problems
 
 

@@ -110,6 +110,15 @@ TOPO_M_TEXT = (
     Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "dgx1-v100-driver535.txt"
 ).read_text()
 
+#: Co-location on: the MPS control daemon, 2 slots per GPU, measured profiles from
+#: dcgm-exporter into a ConfigMap, Algorithm 2 for shared pods with the user's profiles.
+COLOCATION_VALUES: dict[str, Any] = {
+    "mps": {"enabled": True},
+    "devicePlugin": {"sharedSlots": 2, "profiling": {"enabled": True, "window": 4}},
+    "extender": {"colocation": {"policy": "colocate", "threshold": 3.0e7,
+                                "userProfiles": "apiVersion: gputopo.io/v1\n"}},
+}
+
 FAKE_VALUES: dict[str, Any] = {
     "devicePlugin": {
         "fakeTopology": "dgx1-v100",

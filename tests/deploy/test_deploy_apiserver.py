@@ -20,7 +20,14 @@ from kubernetes.dynamic import DynamicClient
 
 from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
-from tests.deploy.helpers import FAKE_VALUES, Obj, TlsMaterial, make_tls, tls_values
+from tests.deploy.helpers import (
+    COLOCATION_VALUES,
+    FAKE_VALUES,
+    Obj,
+    TlsMaterial,
+    make_tls,
+    tls_values,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 
@@ -69,11 +76,12 @@ def _dry_run_all(dyn: DynamicClient, objs: list[Obj]) -> None:
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("variant", ["default", "tls", "fake"])
+@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation"])
 def test_every_rendered_object_passes_server_side_dry_run(
     dyn: DynamicClient, tls_material: TlsMaterial, variant: str
 ) -> None:
-    values = {"default": {}, "tls": tls_values(tls_material), "fake": FAKE_VALUES}[variant]
+    values = {"default": {}, "tls": tls_values(tls_material), "fake": FAKE_VALUES,
+              "colocation": COLOCATION_VALUES}[variant]
     objs = render_manifests(values)
     assert len(objs) >= 18
     _dry_run_all(dyn, objs)
@@ -108,7 +116,8 @@ def test_workload_pods_pass_admission(cp: ControlPlane, dyn: DynamicClient,
     class and service accounts); the extender and scheduler even under the "restricted" Pod
     Security Standard. The device plugin needs hostPath, i.e. a "privileged" namespace."""
     cp.create_default_serviceaccount(RESTRICTED_NS)
-    for values in ({}, tls_values(tls_material), FAKE_VALUES):
+    cp.create_default_serviceaccount(NS)  # the MPS daemon runs as the namespace's default
+    for values in ({}, tls_values(tls_material), FAKE_VALUES, COLOCATION_VALUES):
         objs = render_manifests(values)
         for sa in [o for o in objs if o["kind"] == "ServiceAccount"]:
             try:
@@ -242,4 +251,26 @@ def test_scheduler_rbac(cp: ControlPlane, installed: None) -> None:
             ("patch", "nodes", {}),
             ("get", "configmaps", {"namespace": NS}),
         ],
+    )
+
+
+def test_device_plugin_profiles_rbac(cp: ControlPlane, dyn: DynamicClient) -> None:
+    """With measured profiles on, the device plugin may read and patch the one ConfigMap it
+    records into (and create it), nothing else of ConfigMaps."""
+    for obj in render_manifests(COLOCATION_VALUES):
+        if obj["kind"] in ("Role", "RoleBinding", "ServiceAccount"):
+            try:
+                _create(dyn, obj, dry_run=False)
+            except ApiException as exc:
+                assert exc.status == 409, exc.body
+    cm = {"namespace": NS, "name": "gputopo-measured-profiles"}
+    _check_all(
+        cp, "gputopo-device-plugin",
+        allowed=[("get", "configmaps", cm), ("patch", "configmaps", cm),
+                 ("create", "configmaps", {"namespace": NS})],
+        denied=[("get", "configmaps", {"namespace": NS, "name": "gputopo-extender"}),
+                ("patch", "configmaps", {"namespace": NS, "name": "gputopo-extender"}),
+                ("delete", "configmaps", cm), ("list", "configmaps", {"namespace": NS}),
+                ("get", "configmaps", {"namespace": "team-a",
+                                       "name": "gputopo-measured-profiles"})],
     )

@@ -29,6 +29,7 @@ from localcluster.chart import (
     scheduler_config_from_manifests,
 )
 from tests.deploy.helpers import (
+    COLOCATION_VALUES,
     CUSTOM_TOPOLOGY,
     EXTENDER_DNS,
     FAKE_VALUES,
@@ -612,14 +613,6 @@ def test_render_deploy_script_check_mode(helm_available: None) -> None:
 
 
 # ------------------------------------------------------------------ co-location
-
-
-COLOCATION_VALUES = {
-    "mps": {"enabled": True},
-    "devicePlugin": {"sharedSlots": 2, "profiling": {"enabled": True, "window": 4}},
-    "extender": {"colocation": {"policy": "colocate", "threshold": 3.0e7,
-                                "userProfiles": "apiVersion: gputopo.io/v1\n"}},
-}
 
 
 def test_colocation_values_render(helm_available: None, tmp_path: Path) -> None:
