@@ -338,3 +338,14 @@ def test_preempt_for_a_shared_pod_judges_slots() -> None:
     assert list(reply["NodeNameToMetaVictims"]) == ["one"]
     assert reply["NodeNameToMetaVictims"]["one"]["Pods"] == [{"UID": uids["big-a"]}]
     assert state.node_state("one").key() == before
+
+
+def test_the_colocation_example_parses() -> None:
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "colocate-resnet18.yaml"
+    pod = yaml.safe_load(path.read_text())
+    preq = parse_pod(pod)
+    assert preq is not None and preq.policy == "colocate"
+    sh = preq.request.shared
+    assert sh is not None and sh.profile.key == "resnet18:64" and sh.memory_mib == 8 * 256
