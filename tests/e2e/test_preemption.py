@@ -113,11 +113,20 @@ def test_high_priority_pod_preempts_only_victims_that_make_it_fit(cluster: GpuCl
     gpus = set(parse_assignment(ann).gpu_indices)
     freed = {g for p in evicted for g in held[p]}
     assert gpus == freed | {6, 7}
-    # the extender says what it did
+    # the extender says what it did, once per verdict of every call the scheduler made (under
+    # load the scheduler may call the verb again before the victims are gone)
+    kept = dropped = 0
+    for call in calls:
+        req = json.loads(call.request)["NodeNameToMetaVictims"]
+        rep = json.loads(call.reply)["NodeNameToMetaVictims"]
+        kept += len(rep)
+        dropped += len(req) - len(rep)
+    assert dropped >= 1 and kept >= 1
     with urllib.request.urlopen(f"{cluster.extender.url}/metrics", timeout=5) as resp:
         metrics = resp.read().decode()
-    assert 'gputopo_extender_preemption_nodes_total{outcome="dropped"} 1.0' in metrics
-    assert 'gputopo_extender_preemption_nodes_total{outcome="kept"} 1.0' in metrics
+    counter = "gputopo_extender_preemption_nodes_total"
+    assert f'{counter}{{outcome="dropped"}} {float(dropped)}' in metrics
+    assert f'{counter}{{outcome="kept"}} {float(kept)}' in metrics
 
 
 def test_without_the_verb_the_scheduler_evicts_pods_for_nothing(cluster: GpuCluster) -> None:
