@@ -18,6 +18,13 @@
    unless the state has meanwhile seen the pod bound, so nothing is held that the API does not
    hold.
 
+Steps 1–4 are :meth:`Binder.prepare` (no API call unless the pod must be fetched), step 5 is
+:meth:`Binder.commit`. The extender's ``/bind`` route runs ``prepare`` the moment the request
+arrives, on its event loop, and only the API call waits for a bind thread: kube-scheduler
+sends the next pod's filter while this pod's bind is still in flight, and that filter must
+already see these GPUs taken, or several pods are sent to the same last free GPUs (or share)
+and all but one fail at bind.
+
 The reservation stays until the state backend confirms the binding (the memory backend at
 once; the Kubernetes backend when its pod watch delivers the bound, annotated pod), so the
 GPUs are taken from the moment of the decision on.
@@ -98,6 +105,22 @@ class BindResult:
         return not self.error
 
 
+@dataclass(frozen=True)
+class PendingBind:
+    """A bind decided and reserved (:meth:`Binder.prepare`), waiting for its API call
+    (:meth:`Binder.commit`).
+
+    Attributes:
+        pod: the pod (its UID filled in when the state knew it).
+        node: the node it goes to.
+        decision: the GPUs reserved for it; None for a pod without gputopo resources.
+    """
+
+    pod: PodRef
+    node: str
+    decision: Decision | None
+
+
 class Binder:
     """Bind pods over a :class:`ClusterState`, deciding with a :class:`Decider`.
 
@@ -134,12 +157,9 @@ class Binder:
                 lock = self._node_locks.setdefault(node, threading.Lock())
         return lock
 
-    def _resolve_request(self, pod: PodRef) -> tuple[PodRequest | None, str]:
-        """The pod's request: from its filter call, else from the API; or why it is
-        unknown."""
-        seen, request = self.memo.get(pod.uid)
-        if seen:
-            return request, ""
+    def _fetch_request(self, pod: PodRef) -> tuple[PodRequest | None, str]:
+        """The request of a pod no filter call was seen for, from the API (I/O); or why it
+        is unknown."""
         obj = self.state.fetch_pod(pod.namespace, pod.name)
         if obj is None:
             return None, (
@@ -156,10 +176,30 @@ class Binder:
             return None, f"pod {pod}: {exc}"
 
     def bind(self, pod: PodRef, node: str) -> BindResult:
-        """Bind ``pod`` to ``node`` on the GPUs its policy picks there now.
+        """Bind ``pod`` to ``node`` on the GPUs its policy picks there now: :meth:`prepare`,
+        then :meth:`commit`.
 
         Returns:
             :class:`BindResult`: bound, or why not with nothing held.
+        """
+        step = self.prepare(pod, node)
+        assert step is not None  # fetch=True never defers
+        return step if isinstance(step, BindResult) else self.commit(step)
+
+    def prepare(
+        self, pod: PodRef, node: str, *, fetch: bool = True
+    ) -> PendingBind | BindResult | None:
+        """Steps 1–4 (module docstring): check the pod, decide on ``node`` under its lock and
+        reserve the decision. No API call — except fetching a pod no filter call was seen
+        for, which only happens with ``fetch`` (else None is returned and the caller runs
+        :meth:`bind` where blocking is fine). The extender runs this as soon as the bind
+        request arrives, on its event loop, so the next pods' filter sees the GPUs taken even
+        while the API call waits for a connection.
+
+        Returns:
+            :class:`PendingBind` (reserved, to :meth:`commit`); a failed
+            :class:`BindResult` (nothing held); None (``fetch`` is False and the pod must be
+            fetched).
         """
         known_uid = self.state.pod_uid(pod.namespace, pod.name)
         if known_uid and pod.uid and known_uid != pod.uid:
@@ -169,16 +209,15 @@ class Binder:
             )
         if not pod.uid and known_uid:
             pod = PodRef(pod.namespace, pod.name, known_uid)
-        preq, why = self._resolve_request(pod)
-        if why:
-            return self._fail(pod, node, why, "unknown-pod")
+        seen, preq = self.memo.get(pod.uid)
+        if not seen:
+            if not fetch:
+                return None
+            preq, why = self._fetch_request(pod)
+            if why:
+                return self._fail(pod, node, why, "unknown-pod")
         if preq is None:  # pass-through pod: just bind
-            log.info("bind %s -> %s (no gputopo resources)", pod, node)
-            try:
-                self.state.bind(pod, node, None)
-            except BindError as exc:
-                return self._fail(pod, node, str(exc), "api")
-            return BindResult()
+            return PendingBind(pod, node, None)
         ask = Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
                   pod.uid, preq.required_node)
         if ask.required_node is not None and ask.required_node != node:
@@ -210,19 +249,35 @@ class Binder:
                 self.state.reserve(pod.key, node, decision, pod=pod)
             except ReservationConflict as exc:
                 return self._fail(pod, node, f"cannot reserve: {exc}", "conflict")
+        return PendingBind(pod, node, decision)
+
+    def commit(self, pending: PendingBind) -> BindResult:
+        """Step 5: the backend binds the pod with its decision (on Kubernetes one Binding
+        round trip; blocking); on failure the reservation is released unless the state has
+        meanwhile seen the pod bound.
+
+        Returns:
+            :class:`BindResult`: bound, or why not with nothing held.
+        """
+        pod, node, decision = pending.pod, pending.node, pending.decision
         started = time.perf_counter()
         try:
             self.state.bind(pod, node, decision)
         except BindError as exc:
-            self.state.release(pod.key, reservation_only=True)
+            if decision is not None:
+                self.state.release(pod.key, reservation_only=True)
             return self._fail(pod, node, str(exc), "api")
         except Exception as exc:  # noqa: BLE001 - roll back whatever went wrong
-            self.state.release(pod.key, reservation_only=True)
+            if decision is not None:
+                self.state.release(pod.key, reservation_only=True)
             log.exception("bind %s -> %s failed", pod, node)
             return self._fail(pod, node, f"{type(exc).__name__}: {exc}", "internal")
         finally:
             if self.metrics is not None:
                 self.metrics.bind_api.observe(time.perf_counter() - started)
+        if decision is None:
+            log.info("bind %s -> %s (no gputopo resources)", pod, node)
+            return BindResult()
         if self.metrics is not None:
             self.metrics.decisions.labels(policy=decision.policy).inc()
         gpus = ",".join(str(g) for g in decision.gpus)

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler_extender.binding import Binder, RequestMemo
+from scheduler_extender.binding import Binder, BindResult, PendingBind, RequestMemo
 from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import (
@@ -220,6 +220,29 @@ class Extender:
         """
         pod = PodRef(args.PodNamespace, args.PodName, args.PodUID)
         return {"Error": self.binder.bind(pod, args.Node).error}
+
+    def bind_prepare(self, args: ExtenderBindingArgs) -> PendingBind | dict[str, str] | None:
+        """The first half of ``POST /bind`` (:meth:`Binder.prepare`): decide and reserve,
+        without an API call.
+
+        Returns:
+            a :class:`PendingBind` for :meth:`bind_commit`; ``{"Error": reason}`` (nothing
+            held); None when the pod must be fetched from the API (call :meth:`bind`).
+        """
+        pod = PodRef(args.PodNamespace, args.PodName, args.PodUID)
+        step = self.binder.prepare(pod, args.Node, fetch=False)
+        if isinstance(step, BindResult):
+            return {"Error": step.error}
+        return step
+
+    def bind_commit(self, pending: PendingBind) -> dict[str, str]:
+        """The second half of ``POST /bind`` (:meth:`Binder.commit`): the API call
+        (blocking).
+
+        Returns:
+            ``{"Error": ""}`` when bound, else ``{"Error": reason}`` with nothing held.
+        """
+        return {"Error": self.binder.commit(pending).error}
 
 
 # ---------------------------------------------------------------------- wire helpers

@@ -19,11 +19,23 @@ router = APIRouter(tags=["binding"])
 )
 async def bind_pod(request: Request, rt: RuntimeDep) -> Response:
     """Bind the pod to ``Node`` on the GPUs the policy picks; ``Error`` says why not.
-    Runs in a worker thread (the Kubernetes call blocks), at most ``bind_concurrency`` at
-    once: one per keep-alive connection kept for Bindings."""
+
+    The decision is made and reserved at once, on the event loop (no I/O), so the next
+    pods' filter already sees these GPUs taken; only the API call runs in a worker thread
+    (the Kubernetes client blocks), at most ``bind_concurrency`` at once: one per
+    keep-alive connection kept for Bindings. A pod no filter call was seen for is fetched
+    from the API first, in the worker thread too."""
     args = await read_body(request, ExtenderBindingArgs)
     with timed(rt.metrics, "bind") as outcome:
-        result = await anyio.to_thread.run_sync(rt.extender.bind, args, limiter=rt.bind_limiter)
+        step = rt.extender.bind_prepare(args)
+        if step is None:
+            result = await anyio.to_thread.run_sync(
+                rt.extender.bind, args, limiter=rt.bind_limiter)
+        elif isinstance(step, dict):
+            result = step
+        else:
+            result = await anyio.to_thread.run_sync(
+                rt.extender.bind_commit, step, limiter=rt.bind_limiter)
         if result["Error"]:
             outcome.value = "error"
     return json_response(result)

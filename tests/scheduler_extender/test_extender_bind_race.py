@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from typing import Any
 
@@ -175,3 +176,57 @@ def test_random_streams_never_double_allocate(
                 state.delete_pod("default", live.pop(i % len(live)))
         assert_consistent(state)
         assert {a.pod.name for a in state.allocations()} == set(live)
+
+
+class _SlowAPI(MemoryState):
+    """A memory state whose bind (the API call) waits until released."""
+
+    def __init__(self, nodes: dict[str, Any]) -> None:
+        super().__init__(nodes)
+        self.entered = threading.Event()
+        self.go_on = threading.Event()
+
+    def bind(self, pod: Any, node: str, decision: Any) -> None:
+        self.entered.set()
+        assert self.go_on.wait(30)
+        super().bind(pod, node, decision)
+
+
+def test_bind_reserves_before_it_waits_for_the_api() -> None:
+    """With every bind thread busy on a slow API call, the next bind request is still decided
+    and reserved at once, so a filter that follows sees those GPUs taken (kube-scheduler
+    filters the next pod while this one's bind is in flight)."""
+    state = _SlowAPI({"n0": catalog.get("dgx1-v100")})
+    app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0,
+                                      bind_concurrency=1), state)
+    first, second, big = gpu_pod("first", 2), gpu_pod("second", 2), gpu_pod("big", 5)
+    results: dict[str, str] = {}
+    with serve(app) as url:
+        with http_client(url) as c:
+            for p in (first, second):
+                assert c.post("/filter", json=names_args(p, ["n0"])).json()["NodeNames"] == [
+                    "n0"]
+
+        def go(p: dict[str, Any]) -> None:
+            with httpx.Client(base_url=url, timeout=30) as c:
+                results[p["metadata"]["name"]] = c.post("/bind", json=bind_args(p, "n0")).json()[
+                    "Error"]
+
+        threads = [threading.Thread(target=go, args=(first,))]
+        threads[0].start()
+        assert state.entered.wait(10)  # the only bind thread is in the API call
+        threads.append(threading.Thread(target=go, args=(second,)))
+        threads[1].start()
+        deadline = time.monotonic() + 10
+        while state.allocation("uid-second") is None:
+            assert time.monotonic() < deadline, "the second bind did not reserve"
+            time.sleep(0.01)
+        with http_client(url) as c:
+            reply = c.post("/filter", json=names_args(big, ["n0"])).json()
+        assert reply["NodeNames"] == []
+        assert reply["FailedNodes"] == {"n0": "only 4 of 8 GPUs free; the pod asks for 5"}
+        state.go_on.set()
+        for t in threads:
+            t.join(30)
+    assert results == {"first": "", "second": ""}
+    assert_consistent(state)
