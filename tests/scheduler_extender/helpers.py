@@ -21,7 +21,13 @@ from topology.policies.registry import DEFAULT_POLICY, policies
 POLICY = DEFAULT_POLICY if DEFAULT_POLICY in policies() else "baseline"
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "kube-scheduler-extender"
+_CAPTURED = Path("shared") / "fixtures" / "kube-scheduler-extender"
+#: The captured requests: ``../shared`` beside the checkout, or above it (a copy of the tree
+#: one level down, as mutation testing makes in ``mutants/``, finds the same fixtures).
+FIXTURES = next(
+    (base / _CAPTURED for base in REPO.parents if (base / _CAPTURED).is_dir()),
+    REPO.parent / _CAPTURED,
+)
 FIXTURE_NODES = ("gpu-node-00", "gpu-node-01")
 
 

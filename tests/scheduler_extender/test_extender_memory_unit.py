@@ -59,6 +59,7 @@ def test_nodes_with_another_unit_are_refused_to_memory_pods() -> None:
 @pytest.mark.parametrize("pod", [gpu_pod("whole", 2), share_pod("core-only", 0)],
                          ids=["whole-gpus", "vgpu-core-only"])  # fmt: skip
 def test_pods_asking_no_vgpu_memory_do_not_depend_on_the_unit(pod: dict[str, Any]) -> None:
+    pod = copy.deepcopy(pod)  # the parameter is shared by every run of this test
     if "core-only" in pod["metadata"]["name"]:
         for key in ("limits", "requests"):
             pod["spec"]["containers"][0]["resources"][key].pop("gputopo.io/vgpu-memory")
