@@ -116,3 +116,18 @@ def test_bind_without_filter_reads_the_policy_from_the_pod(
     ann = api.pods["u-late"]["metadata"]["annotations"]
     assert parse_assignment(ann).gpu_indices == (0, 2, 5, 7)
     assert ann["gputopo.io/decided-by"] == "mapa-preserve"
+
+
+@pytest.mark.parametrize("form", ["names", "nodes"])
+def test_an_invalid_pod_scores_zero_on_every_named_node(form: str) -> None:
+    """prioritize answers a pod it cannot parse with 0 for every node it was given, in either
+    request form (a Node without a name is left out), so kube-scheduler still gets a reply."""
+    ext = Extender(MemoryState({"n0": DGX, "n1": DGX}), DEFAULT)
+    bad = gpu_pod("bad", "lots")
+    if form == "names":
+        args = names_args(bad, ["n0", "n1"])
+    else:
+        items = [{"metadata": {"name": "n0"}}, {"metadata": {}}, {"metadata": {"name": "n1"}}]
+        args = {"Pod": bad, "Nodes": {"items": items}, "NodeNames": None}
+    reply = ext.prioritize(ExtenderArgs.model_validate(args))
+    assert reply == [{"Host": "n0", "Score": 0}, {"Host": "n1", "Score": 0}]

@@ -235,3 +235,23 @@ def test_utility_policies_rank_nodes_by_amaral_utility_on_one_scale() -> None:
         u = amaral.utility(t, NodeState(), req, d.mapping, best=t_star)
         assert s.quality == pytest.approx((u.communication + u.interference) / 2)
     assert score_scale("topo-aware", topos, req, EV).best_comm_cost == t_star
+
+
+@given(topo=topologies(4, 8))
+def test_greedy_tables_are_exact_one_and_two_gpus_below_full(topo: Topology) -> None:
+    """The greedy peel (used above EXACT_TABLE_GPUS) drops the least (max table) or most (min
+    table) connected GPU first: one GPU below full that is exact, and every value it gives is
+    the PreservedBW of a real subset, so it lies between the exact extremes."""
+    import numpy as np
+
+    from topology.policies.scoring import _exact_tables, _greedy_tables
+
+    bw = np.array(topo.bandwidth_matrix, dtype=np.float64)
+    gmax, gmin = _greedy_tables(bw)
+    _, emax, emin = _exact_tables(bw)
+    n = topo.size
+    assert gmax[n] == gmin[n] == pytest.approx(emax[n])
+    assert gmax[n - 1] == pytest.approx(emax[n - 1]) and gmin[n - 1] == pytest.approx(emin[n - 1])
+    for k in range(n + 1):
+        assert emin[k] - 1e-9 <= gmin[k] <= gmax[k] + 1e-9 <= emax[k] + 2e-9
+    assert gmax[0] == gmax[1] == gmin[0] == gmin[1] == 0.0
