@@ -168,3 +168,59 @@ def find_binaries(allow_build: bool = True) -> Binaries:
         if not allow_build:
             raise
     return Binaries.from_dir(build())
+
+
+def find_kubelet_numa(allow_build: bool = True, timeout_s: float = 1800) -> Path:
+    """The ``kubelet-numa`` harness (``scripts/kubelet-numa``: the 1.36 kubelet's Topology
+    Manager, device manager and CPU manager code on hand-made cases), built by
+    ``scripts/build-k8s-tools.sh --kubelet-numa`` when missing and ``allow_build`` (about
+    20-30 s on 2 cores once the Go build cache holds the kube-apiserver build; the script
+    prints the path whether it built it or found it).
+
+    Raises:
+        BinariesUnavailable: Go is missing, building is off and it is not built, or the build
+            failed.
+    """
+    if shutil.which("go") is None:
+        raise BinariesUnavailable("Go toolchain not found in PATH; cannot build kubelet-numa")
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    log_path = root / "build-kubelet-numa.log"
+    with open(root / ".build.lock", "w") as lock, open(log_path, "w") as log:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            probe = _kubelet_numa_cached()
+            if probe is not None:
+                return probe
+            if not allow_build:
+                raise BinariesUnavailable("kubelet-numa is not built and building is off")
+            proc = subprocess.run(
+                ["bash", str(build_script_path()), "--kubelet-numa"],
+                stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout_s,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BinariesUnavailable(f"building kubelet-numa failed: {exc} (log: {log_path})") \
+                from exc
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    if proc.returncode != 0:
+        tail = "".join(log_path.read_text(errors="replace").splitlines(keepends=True)[-20:])
+        raise BinariesUnavailable(
+            f"build-k8s-tools.sh --kubelet-numa exited {proc.returncode} (log: {log_path}):\n"
+            f"{tail}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def _kubelet_numa_cached() -> Path | None:
+    """The harness binary for the current sources when already built (the script's key)."""
+    import hashlib
+
+    src = repo_root() / "scripts" / "kubelet-numa"
+    digest = hashlib.sha256(
+        (src / "main.go").read_bytes() + (src / "devicemanager" / "zz_gputopo_export.go")
+        .read_bytes()).hexdigest()[:12]
+    versions = (repo_root() / "scripts" / "k8s-versions.env").read_text()
+    k8s = next((ln.split("=", 1)[1].strip() for ln in versions.splitlines()
+                if ln.startswith("K8S_VERSION=")), "")
+    path = cache_root() / "bin" / f"kubelet-numa-{k8s}-{digest}" / "kubelet-numa"
+    return path if path.is_file() and os.access(path, os.X_OK) else None

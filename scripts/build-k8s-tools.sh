@@ -13,9 +13,12 @@
 # Idempotent: a binary that exists and answers --version is not rebuilt, so a second run is a
 # no-op that takes seconds.
 #
-# Usage: scripts/build-k8s-tools.sh [--print-bindir]
+# Usage: scripts/build-k8s-tools.sh [--print-bindir | --kubelet-numa]
 #   --print-bindir  print the toolset directory (the one holding the manifest) and exit;
 #                   builds nothing.
+#   --kubelet-numa  build only scripts/kubelet-numa (the kubelet's own Topology Manager, device
+#                   manager and CPU manager code on hand-made cases, for gputopo's tests) from
+#                   the k8s wrapper module, and print the binary's path as the last line.
 # Environment: GPUTOPO_CACHE (cache root), GPUTOPO_BUILD_JOBS (go build -p; default nproc, max 2).
 set -euo pipefail
 
@@ -27,11 +30,14 @@ CACHE_ROOT="${GPUTOPO_CACHE:-${HOME}/.cache/gputopo}"
 BIN_ROOT="${CACHE_ROOT}/bin"
 TOOLSET_DIR="${BIN_ROOT}/toolset-k8s${K8S_VERSION}-kwok${KWOK_VERSION}-helm${HELM_VERSION}"
 
+MODE=all
 if [[ "${1:-}" == "--print-bindir" ]]; then
   echo "${TOOLSET_DIR}"
   exit 0
+elif [[ "${1:-}" == "--kubelet-numa" && $# -eq 1 ]]; then
+  MODE=kubelet-numa
 elif [[ $# -gt 0 ]]; then
-  echo "usage: $0 [--print-bindir]" >&2
+  echo "usage: $0 [--print-bindir | --kubelet-numa]" >&2
   exit 2
 fi
 
@@ -167,6 +173,46 @@ build_k8s_binary() {
     log "${name}: built in ${BUILD_SECS[${name}]} s -> ${out}"
   fi
   ln -sfn "${out}" "${TOOLSET_DIR}/${name}"
+}
+
+# build_kubelet_numa -- scripts/kubelet-numa against the k8s wrapper module: a small main
+# package importing k8s.io/kubernetes/pkg/kubelet/cm/topologymanager and cpumanager, plus a
+# verbatim copy of pkg/kubelet/cm/devicemanager's non-test files with one added file
+# (devicemanager/zz_gputopo_export.go). Keyed by a hash of gputopo's Go sources; prints the
+# binary's path.
+build_kubelet_numa() {
+  local src="${SCRIPT_DIR}/kubelet-numa" hash out dir moddir start
+  hash="$(cat "${src}/main.go" "${src}/devicemanager/zz_gputopo_export.go" | sha256sum | cut -c1-12)"
+  out="${BIN_ROOT}/kubelet-numa-${K8S_VERSION}-${hash}/kubelet-numa"
+  if [[ -x "${out}" ]]; then
+    log "kubelet-numa: cached at ${out}"
+    echo "${out}"
+    return 0
+  fi
+  prepare_wrapper "${K8S_WRAPPER_DIR}" k8s.io/kubernetes "${K8S_VERSION}" "${STAGING_VERSION}" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-controller-manager
+  moddir="$(moddir_of "k8s.io/kubernetes@${K8S_VERSION}")"
+  [[ -d "${moddir}/pkg/kubelet/cm/devicemanager" ]] || die "k8s.io/kubernetes@${K8S_VERSION} not found"
+  dir="${CACHE_ROOT}/src/kubelet-numa-${K8S_VERSION}-${hash}"
+  rm -rf "${dir}"
+  mkdir -p "${dir}/devicemanager" "$(dirname "${out}")"
+  sed 's#^module gputopo.local/wrapper$#module gputopo.local/kubeletnuma#' \
+    "${K8S_WRAPPER_DIR}/go.mod" >"${dir}/go.mod"
+  cp "${K8S_WRAPPER_DIR}/go.sum" "${dir}/go.sum"
+  local f
+  for f in "${moddir}"/pkg/kubelet/cm/devicemanager/*.go; do
+    [[ "${f}" == *_test.go ]] || install -m 0644 "${f}" "${dir}/devicemanager/"
+  done
+  install -m 0644 "${src}/devicemanager/zz_gputopo_export.go" "${dir}/devicemanager/"
+  install -m 0644 "${src}/main.go" "${dir}/main.go"
+  log "building kubelet-numa (k8s ${K8S_VERSION}; go build -p ${JOBS})"
+  start=$(date +%s)
+  (cd "${dir}" && go build -mod=mod -trimpath -ldflags "-s -w" -o "${out}.tmp" .) \
+    || die "building kubelet-numa failed"
+  mv "${out}.tmp" "${out}"
+  log "kubelet-numa: built in $(( $(date +%s) - start )) s -> ${out}"
+  echo "${out}"
 }
 
 # go_install NAME PKG VERSION [EXTRA_LDFLAGS] -- `go install PKG@VERSION` into bin/NAME-VERSION/.
@@ -309,6 +355,10 @@ ensure_etcd() {
 # long build: editing the script meanwhile cannot derail the run.
 main() {
   local total_start name manifest
+  if [[ "${MODE}" == kubelet-numa ]]; then
+    build_kubelet_numa
+    return
+  fi
   total_start=$(date +%s)
   mkdir -p "${BIN_ROOT}" "${TOOLSET_DIR}"
 

@@ -11,7 +11,12 @@ importing each other):
   node, ``loads`` in the extender, versioned ``gputopo.io/v1``);
 * the extender reads the pod's input annotations (:data:`ANN_PATTERN` …), and its bind writes
   :func:`assignment_annotations`;
-* the device plugin's Allocate reads them back with :func:`parse_assignment`.
+* the device plugin's Allocate reads them back with :func:`parse_assignment`;
+* the device plugin publishes its kubelet's NUMA-alignment settings in the labels
+  :data:`LABEL_TOPOLOGY_MANAGER_POLICY` … (read and written by
+  :func:`topology.numa_alignment.kubelet_config_from_labels` /
+  :func:`~topology.numa_alignment.kubelet_config_labels`), so the extender can choose GPUs the
+  kubelet's Topology Manager will accept (docs/cpu-pinning.md).
 
 Pure: no Kubernetes client, no I/O.
 """
@@ -72,6 +77,18 @@ ANN_VGPU_MEMORY_UNIT = PREFIX + "vgpu-memory-unit-mib"  # MiB per vgpu-memory un
 ANN_GPU_SHARED_SLOTS = PREFIX + "gpu-shared-slots"
 LABEL_GPU_MODEL = PREFIX + "gpu-model"
 LABEL_TOPOLOGY_CLASS = PREFIX + "topology-class"
+#: The node's kubelet settings that decide NUMA alignment (KubeletConfiguration fields of the
+#: same names; values as the kubelet spells them). No policy label = the kubelet's default,
+#: ``none``: the extender then leaves NUMA alignment alone.
+LABEL_TOPOLOGY_MANAGER_POLICY = PREFIX + "topology-manager-policy"  # none|best-effort|...
+LABEL_TOPOLOGY_MANAGER_SCOPE = PREFIX + "topology-manager-scope"  # container|pod
+LABEL_CPU_MANAGER_POLICY = PREFIX + "cpu-manager-policy"  # none|static
+#: ``"true"`` when the Topology Manager option ``prefer-closest-numa-nodes`` is on.
+LABEL_TOPOLOGY_MANAGER_PREFER_CLOSEST = PREFIX + "topology-manager-prefer-closest-numa"
+KUBELET_CONFIG_LABELS = (
+    LABEL_TOPOLOGY_MANAGER_POLICY, LABEL_TOPOLOGY_MANAGER_SCOPE, LABEL_CPU_MANAGER_POLICY,
+    LABEL_TOPOLOGY_MANAGER_PREFER_CLOSEST,
+)  # fmt: skip
 
 # --- the planner (batch/v1 Jobs; docs/planner.md) -------------------------------------------
 LABEL_QUEUE = PREFIX + "queue"  # Job label: the planner manages this Job (value: a queue name)
