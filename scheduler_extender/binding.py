@@ -219,7 +219,7 @@ class Binder:
         if preq is None:  # pass-through pod: just bind
             return PendingBind(pod, node, None)
         ask = Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
-                  pod.uid, preq.required_node)
+                  pod.uid, preq.required_node, demand=preq.demand)
         if ask.required_node is not None and ask.required_node != node:
             return self._fail(
                 pod, node, f"the gputopo planner placed this pod on node {ask.required_node}, "

@@ -46,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from scheduler_extender.alignment import NUMAAlignment, Refusal
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.state import (
     ClusterState,
@@ -69,6 +70,7 @@ from topology.contract import (
     RESOURCE_VGPU_MEMORY,
 )
 from topology.model import Topology
+from topology.numa_alignment import PodDemand
 from topology.policies.base import Decision, NoFit, Request, RequestError
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
@@ -102,12 +104,15 @@ class Ask:
             time budget through it.
         required_node: the only node the pod may go to (the planner's
             ``gputopo.io/planned-node``), or None.
+        demand: the pod's CPU and container facts the kubelet's Topology Manager reads
+            (:func:`scheduler_extender.podspec.pod_demand`), for nodes that align NUMA.
     """
 
     request: Request
     policy: str
     pod_uid: str = ""
     required_node: str | None = None
+    demand: PodDemand = PodDemand()
 
 
 @dataclass(frozen=True)
@@ -299,6 +304,7 @@ class Decider:
         if self.workers is not None:
             self.workers.start()
         self.evaluator = Evaluator()
+        self.alignment = NUMAAlignment(state, memory_unit_mib)
         self.topologies = TopologyCache()
         self._requests = _Interner()  # request keys -> small ints (edge tuples hash slowly)
         self._spent = _LRU(_SPENT_SIZE)  # pod uid -> seconds its filter waited
@@ -322,6 +328,7 @@ class Decider:
         if self.workers is not None:
             self.workers.clear_caches()
         self.evaluator.clear()
+        self.alignment.clear()
         self.topologies.clear()
         self._outcomes.clear()
         self._prechecks.clear()
@@ -388,6 +395,12 @@ class Decider:
         refused = self._unit_refusal(view.name, ask.request)
         if refused is not None:
             return refused
+        aligned = self.alignment.apply(
+            view, self.alignment.config(view.name, None), ask.request, ask.demand,
+            self._requests(ask.request.key()))
+        if isinstance(aligned, Refusal):
+            return Outcome(None, aligned.reason, unresolvable=aligned.unresolvable)
+        view = aligned
         started = time.perf_counter()
         outcome = self._evaluate(ask.policy, view, ask.request)
         self._costs.observe(
@@ -562,6 +575,14 @@ class Decider:
             if refused is not None:
                 rows.append((c, view, refused))
                 continue
+            aligned = self.alignment.apply(
+                view, self.alignment.config(c.name, c.node), request, call.ask.demand, rid,
+                by_free=by_free)
+            if isinstance(aligned, Refusal):
+                rows.append((c, view, Outcome(None, aligned.reason,
+                                              unresolvable=aligned.unresolvable)))
+                continue
+            view = aligned
             group = view.group
             if group is None:
                 rows.append((c, view, self._evaluate(policy, view, request)))

@@ -58,6 +58,7 @@ from topology.contract import (
     parse_assignment,
 )
 from topology.model import Topology
+from topology.numa_alignment import KubeletConfig, KubeletConfigError, kubelet_config_from_labels
 from topology.policies.base import Decision
 
 log = logging.getLogger("gputopo.extender.kubernetes")
@@ -170,6 +171,7 @@ class KubernetesState(BookedViews):
         self._lock = threading.RLock()
         self._node_ann: dict[str, str | None] = {}
         self._node_unit: dict[str, str] = {}
+        self._node_kubelet: dict[str, KubeletConfig | KubeletConfigError] = {}
         self._uid_by_name: dict[str, str] = {}
         self._name_by_uid: dict[str, str] = {}
         self._synced = {"nodes": False, "pods": False}
@@ -270,6 +272,7 @@ class KubernetesState(BookedViews):
         with self._lock:
             self._node_ann.clear()
             self._node_unit.clear()
+            self._node_kubelet.clear()
             self._views.clear()
             for node in items:
                 self._store_node(node)
@@ -291,6 +294,16 @@ class KubernetesState(BookedViews):
             self._node_unit.pop(name, None)
         slots = ann.get(ANN_GPU_SHARED_SLOTS) if isinstance(ann, Mapping) else None
         self.book.set_slots(name, _slots(slots))
+        labels = meta.get("labels")
+        try:
+            kubelet: KubeletConfig | KubeletConfigError = kubelet_config_from_labels(
+                labels if isinstance(labels, Mapping) else None)
+        except KubeletConfigError as exc:
+            kubelet = exc
+        if isinstance(kubelet, KubeletConfig) and not kubelet.aligning:
+            self._node_kubelet.pop(name, None)
+        else:
+            self._node_kubelet[name] = kubelet
         self._views.pop(name, None)
 
     def apply_node_event(self, kind: str, node: Mapping[str, Any]) -> None:
@@ -300,6 +313,7 @@ class KubernetesState(BookedViews):
                 name = _meta(node).get("name")
                 self._node_ann.pop(str(name), None)
                 self._node_unit.pop(str(name), None)
+                self._node_kubelet.pop(str(name), None)
                 self._views.pop(str(name), None)
             else:
                 self._store_node(node)
@@ -307,6 +321,11 @@ class KubernetesState(BookedViews):
     def node_memory_unit(self, name: str) -> str | None:
         """The node's ``gputopo.io/vgpu-memory-unit-mib`` annotation, None when absent."""
         return self._node_unit.get(name)
+
+    def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
+        """The node's kubelet NUMA-alignment settings from its labels (the kubelet's
+        defaults when it publishes none), or why they are invalid."""
+        return self._node_kubelet.get(name) or KubeletConfig()
 
     def node_topology(self, name: str) -> Topology | NodeTopologyError:
         """The node's topology from its annotation, or why there is none."""

@@ -61,6 +61,7 @@ from topology.contract import (
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
+from topology.numa_alignment import PodDemand
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import FULL_CORE, Request, RequestError, SharedRequest
 from topology.policies.registry import UnknownPolicy, get_policy
@@ -86,11 +87,14 @@ class PodRequest:
             extender's default.
         required_node: the node the gputopo planner placed the pod's Job on
             (``gputopo.io/planned-node``), or None: any node.
+        demand: what the kubelet's Topology Manager reads from the pod besides its GPUs
+            (:func:`pod_demand`: Guaranteed CPUs, containers asking GPUs).
     """
 
     request: Request
     policy: str | None = None
     required_node: str | None = None
+    demand: PodDemand = PodDemand()
 
 
 _SUFFIX = {
@@ -371,7 +375,8 @@ def parse_pod(
             f"annotation {ANN_POLICY}: policy {policy!r} does not place co-location slots "
             f"({RESOURCE_GPU_SHARED}); use one of {', '.join(colocation_policies())}"
         )
-    return PodRequest(request=request, policy=policy, required_node=planned_node_of(pod))
+    return PodRequest(request=request, policy=policy, required_node=planned_node_of(pod),
+                      demand=pod_demand(pod))
 
 
 def choose_policy(preq: PodRequest, default: str, colocation_default: str) -> str:
@@ -403,6 +408,129 @@ def planned_node_of(pod: Mapping[str, Any]) -> str | None:
     if not isinstance(value, str) or len(value) > 253 or not _NODE_NAME.fullmatch(value):
         raise PodSpecError(f"annotation {ANN_PLANNED_NODE}={value!r} is not a node name")
     return value
+def _cpu_quantity(value: object) -> Fraction | None:
+    """A CPU or memory quantity as an exact number (None when it does not parse: such a pod
+    fails validation in the API server and never reaches the extender)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return Fraction(value)
+    if not isinstance(value, str) or not (m := _QUANTITY.match(value.strip())):
+        return None
+    number, exponent, suffix = m.groups()
+    n = Fraction(number)
+    if exponent:
+        n *= Fraction(10) ** int(exponent[1:])
+    elif suffix in ("m", "u", "n"):
+        n /= {"m": 10**3, "u": 10**6, "n": 10**9}[suffix]
+    else:
+        n *= _SUFFIX[suffix or ""]
+    return n
+
+
+def _section(container: Mapping[str, Any], section: str) -> Mapping[str, Any]:
+    res = container.get("resources")
+    values = res.get(section) if isinstance(res, Mapping) else None
+    return values if isinstance(values, Mapping) else {}
+
+
+def pod_qos(pod: Mapping[str, Any]) -> str:
+    """The pod's QoS class as the kubelet reads it (``GetPodQOS``: ``status.qosClass`` when
+    set, else ``ComputePodQOS``, k8s.io/kubernetes@v1.36.3 pkg/apis/core/v1/helper/qos):
+    ``Guaranteed`` when every container (init and app) has positive CPU and memory limits and
+    the summed CPU and memory requests equal the summed limits; ``BestEffort`` with no CPU or
+    memory at all; else ``Burstable``. Pod-level ``spec.resources`` decide instead when set."""
+    status = pod.get("status")
+    qos = status.get("qosClass") if isinstance(status, Mapping) else None
+    if isinstance(qos, str) and qos:
+        return qos
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    requests: dict[str, Fraction] = {}
+    limits: dict[str, Fraction] = {}
+    guaranteed = True
+    pod_level = spec.get("resources")
+    if isinstance(pod_level, Mapping) and (pod_level.get("requests") or pod_level.get("limits")):
+        containers: list[Any] = [{"resources": pod_level}]
+        per_container_limits = False
+    else:
+        containers = [c for key in ("containers", "initContainers")
+                      for c in (spec.get(key) or []) if isinstance(c, Mapping)]
+        per_container_limits = True
+    for c in containers:
+        for section, into in (("requests", requests), ("limits", limits)):
+            found = set()
+            for name in ("cpu", "memory"):
+                q = _cpu_quantity(_section(c, section).get(name))
+                if q is not None and q > 0:
+                    into[name] = into.get(name, Fraction(0)) + q
+                    found.add(name)
+            if section == "limits" and found != {"cpu", "memory"} and (
+                    per_container_limits or _section(c, "limits")):
+                guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and all(limits.get(k) == v for k, v in requests.items()) and \
+            len(requests) == len(limits):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _guaranteed_cpus(container: Mapping[str, Any]) -> int:
+    """``guaranteedCPUs`` of a container of a Guaranteed pod: its CPU request when whole
+    (``isIntegralCPUAmount``), else 0."""
+    q = _cpu_quantity(_section(container, "requests").get("cpu"))
+    if q is None or q.denominator != 1:
+        return 0
+    return int(q)
+
+
+def _asks_devices(container: Mapping[str, Any]) -> bool:
+    for section in ("limits", "requests"):
+        for r in _RESOURCES:
+            q = _cpu_quantity(_section(container, section).get(r))
+            if q is not None and q > 0:
+                return True
+    return False
+
+
+def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
+    """What the kubelet's Topology Manager hint providers read from ``pod`` besides its GPUs
+    (:class:`topology.numa_alignment.PodDemand`), as the static CPU manager computes it
+    (k8s.io/kubernetes@v1.36.3 pkg/kubelet/cm/cpumanager/policy_static.go):
+
+    * ``container_cpus``: ``guaranteedCPUs`` of the container that asks gputopo devices;
+    * ``pod_cpus``: ``podGuaranteedCPUs``: the larger of the app containers plus restartable
+      init containers and the largest init container (plus the sidecars before it);
+    * ``device_containers``: containers (init and app) asking gputopo devices.
+
+    Both CPU counts are 0 unless the pod is Guaranteed (:func:`pod_qos`), and 0 for a pod with
+    pod-level ``spec.resources`` (the CPU manager then has no preference unless the alpha
+    ``PodLevelResourceManagers`` gate is on). Never raises: malformed parts count as 0.
+    """
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return PodDemand(device_containers=0)
+    inits = [c for c in (spec.get("initContainers") or []) if isinstance(c, Mapping)]
+    apps = [c for c in (spec.get("containers") or []) if isinstance(c, Mapping)]
+    devices = [c for c in inits + apps if _asks_devices(c)]
+    pod_level = spec.get("resources")
+    if pod_qos(pod) != "Guaranteed" or (
+            isinstance(pod_level, Mapping) and (pod_level.get("requests")
+                                                or pod_level.get("limits"))):
+        return PodDemand(0, 0, len(devices))
+    container = _guaranteed_cpus(devices[0]) if devices else 0
+    by_init = by_sidecars = 0
+    for c in inits:
+        if "cpu" not in _section(c, "requests"):
+            continue
+        n = _guaranteed_cpus(c)
+        if c.get("restartPolicy") == "Always":
+            by_sidecars += n
+        elif by_sidecars + n > by_init:
+            by_init = by_sidecars + n
+    by_apps = sum(_guaranteed_cpus(c) for c in apps if "cpu" in _section(c, "requests"))
+    return PodDemand(container, max(by_init, by_apps + by_sidecars), len(devices))
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:

@@ -29,6 +29,7 @@ from topology import catalog
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import Assignment, assignment_annotations
 from topology.model import Topology, TopologyError
+from topology.numa_alignment import KubeletConfig, KubeletConfigError
 from topology.policies.base import (
     FULL_CORE,
     Decision,
@@ -481,6 +482,12 @@ class ClusterState(Protocol):
         ``gputopo.io/vgpu-memory`` device), None when the node publishes none."""
         ...
 
+    def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
+        """The node's kubelet NUMA-alignment settings as its device plugin publishes them
+        (``gputopo.io/topology-manager-policy`` … labels; the kubelet's defaults when none),
+        or why the published labels are invalid."""
+        ...
+
     def node_view(self, name: str, *, without: frozenset[str] = frozenset()) -> NodeView:
         """Topology, state and state key in one call (the filter hot path).
 
@@ -587,6 +594,10 @@ class BookedViews:
         """The node's published vGPU-memory unit annotation (None: none published)."""
         return None
 
+    def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
+        """The kubelet's defaults (no NUMA alignment) unless a backend knows better."""
+        return KubeletConfig()
+
     def node_state(self, name: str) -> NodeState:
         """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
         return self.book.state(name)[0]
@@ -620,6 +631,7 @@ class MemoryState(BookedViews):
     def __init__(self, nodes: Mapping[str, Topology] | None = None) -> None:
         self._nodes: dict[str, Topology] = dict(nodes or {})
         self._units: dict[str, str] = {}
+        self._kubelet: dict[str, KubeletConfig] = {}
         self._views: dict[str, NodeView] = {}
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self._bound: dict[str, BoundPod] = {}  # "ns/name" -> record
@@ -636,17 +648,31 @@ class MemoryState(BookedViews):
 
     # -------------------------------------------------------------- nodes
     def add_node(
-        self, name: str, topology: Topology, *, memory_unit_mib: str | None = None
+        self, name: str, topology: Topology, *, memory_unit_mib: str | None = None,
+        kubelet: KubeletConfig | None = None,
     ) -> None:
         """Add or replace a node; ``memory_unit_mib``: the ``gputopo.io/vgpu-memory-unit-mib``
-        annotation it publishes (None: none)."""
+        annotation it publishes (None: none); ``kubelet``: the NUMA-alignment settings it
+        publishes (None: the kubelet's defaults)."""
         with self._lock:
             self._nodes[name] = topology
             if memory_unit_mib is None:
                 self._units.pop(name, None)
             else:
                 self._units[name] = memory_unit_mib
+            if kubelet is None:
+                self._kubelet.pop(name, None)
+            else:
+                self._kubelet[name] = kubelet
             self._views.pop(name, None)
+
+    def set_kubelet_config(self, name: str, kubelet: KubeletConfig | None) -> None:
+        """Set (None: reset to the defaults) the kubelet settings a node publishes."""
+        with self._lock:
+            if kubelet is None:
+                self._kubelet.pop(name, None)
+            else:
+                self._kubelet[name] = kubelet
 
     def node_names(self) -> list[str]:
         """Node names, sorted."""
@@ -666,6 +692,10 @@ class MemoryState(BookedViews):
     def node_memory_unit(self, name: str) -> str | None:
         """The unit given to :meth:`add_node` (catalog nodes publish none)."""
         return self._units.get(name)
+
+    def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
+        """The settings given to :meth:`add_node` (the kubelet's defaults otherwise)."""
+        return self._kubelet.get(name) or KubeletConfig()
 
 
     def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:

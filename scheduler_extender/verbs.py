@@ -118,7 +118,7 @@ class Extender:
 
     def _ask(self, ref: PodRef, preq: PodRequest) -> Ask:
         return Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
-                   ref.uid, preq.required_node)
+                   ref.uid, preq.required_node, demand=preq.demand)
 
     # ------------------------------------------------------------------ verbs
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:

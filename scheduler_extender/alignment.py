@@ -1,0 +1,185 @@
+"""The kubelet's NUMA alignment in the extender's decisions.
+
+A node whose device plugin publishes a ``gputopo.io/topology-manager-policy`` other than
+``none`` (:data:`topology.contract.LABEL_TOPOLOGY_MANAGER_POLICY`) has a kubelet that will
+give a container only devices on the NUMA mask its Topology Manager picks from the *free*
+devices — and will reject the pod outright under ``restricted`` / ``single-numa-node`` when the
+mask is not preferred. :func:`topology.numa_alignment.align` predicts both; this module applies
+the prediction to every candidate node before the policy decides:
+
+* a node where the kubelet would reject the pod, or offers no GPU the pod could use, fails
+  filter with the reason (resolvable: other pods leaving changes the free devices; except the
+  pod's own shape, e.g. several GPU containers under the container scope);
+* otherwise the policy decides on the node's state with every GPU the kubelet would not offer
+  taken out (marked unavailable, as an unhealthy GPU is), so its choice lies on the mask and
+  the device manager hands exactly those GPUs to the plugin.
+
+Cheap and cacheable: the prediction is a function of (the node's kubelet settings, its
+topology class, its state, the request, the pod's CPU facts); it is cached on exactly that key
+(the state by its interned id), and so is the restricted state per (state, eligible GPUs). The
+merge itself is memoised in the core. A node without the labels (the kubelet's default
+``none``) costs one dict lookup.
+
+What the extender cannot see: the static CPU manager's free CPUs. The prediction assumes every
+NUMA node has the pod's Guaranteed CPUs free (docs/cpu-pinning.md says what happens when one
+does not).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from scheduler_extender.state import ClusterState, NodeView, intern_state
+from topology.model import Topology
+from topology.numa_alignment import (
+    Alignment,
+    KubeletConfig,
+    KubeletConfigError,
+    PodDemand,
+    align,
+    format_mask,
+    kubelet_config_from_labels,
+)
+from topology.policies.base import Request
+
+_CACHE_SIZE = 65_536
+
+
+class _LRU:
+    """A small thread-safe LRU map."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._d: OrderedDict[object, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: object) -> Any:
+        return self._d.get(key)
+
+    def put(self, key: object, value: Any) -> None:
+        with self._lock:
+            self._d[key] = value
+            if len(self._d) > self.size:
+                self._d.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._d.clear()
+
+
+class Refusal:
+    """Why a node cannot take the pod because of its kubelet (a filter failure).
+
+    Attributes:
+        reason: one line.
+        unresolvable: no eviction changes it.
+    """
+
+    __slots__ = ("reason", "unresolvable")
+
+    def __init__(self, reason: str, unresolvable: bool) -> None:
+        self.reason = reason
+        self.unresolvable = unresolvable
+
+
+class NUMAAlignment:
+    """Applies each node's kubelet NUMA alignment to the views the policies decide on.
+
+    Args:
+        state: the state backend (its ``node_kubelet_config`` for nodes kube-scheduler sent by
+            name only).
+        memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device.
+    """
+
+    def __init__(self, state: ClusterState, memory_unit_mib: int) -> None:
+        self.state = state
+        self.memory_unit_mib = memory_unit_mib
+        self._seen: dict[str, KubeletConfig | KubeletConfigError] = {}
+        self._alignments = _LRU(_CACHE_SIZE)
+        self._restricted = _LRU(_CACHE_SIZE)
+
+    def clear(self) -> None:
+        """Forget cached predictions and restricted states."""
+        self._alignments.clear()
+        self._restricted.clear()
+
+    # ------------------------------------------------------------------ settings
+    def config(self, name: str, node: Mapping[str, Any] | None) -> KubeletConfig | \
+            KubeletConfigError:
+        """The node's kubelet settings: from the labels of the Node kube-scheduler sent, else
+        the state backend's, else those last seen for it; the kubelet's defaults (no
+        alignment) when nothing is published."""
+        if node is not None:
+            meta = node.get("metadata")
+            labels = meta.get("labels") if isinstance(meta, Mapping) else None
+            try:
+                parsed: KubeletConfig | KubeletConfigError = kubelet_config_from_labels(
+                    labels if isinstance(labels, Mapping) else None)
+            except KubeletConfigError as exc:
+                parsed = exc
+            self._seen[name] = parsed
+            return parsed
+        found = self.state.node_kubelet_config(name)
+        if isinstance(found, KubeletConfig) and not found.aligning and name in self._seen:
+            return self._seen[name]
+        return found
+
+    # ------------------------------------------------------------------ views
+    def apply(
+        self, view: NodeView, config: KubeletConfig | KubeletConfigError, request: Request,
+        demand: PodDemand, rid: int, *, by_free: bool = False,
+    ) -> NodeView | Refusal:
+        """``view`` as the policy should see it on a node whose kubelet has ``config``, or why
+        the node cannot take the pod.
+
+        Args:
+            view: the node's view (its ``by_free`` variant or not).
+            config: the node's kubelet settings (or why its labels are invalid).
+            request: the pod's request.
+            demand: the pod's CPU and container facts.
+            rid: a small int standing for ``request`` (the caller's interned request key).
+            by_free: return the restricted view's ``by_free`` variant.
+
+        Returns:
+            ``view`` itself when the kubelet does not align (or the node has no topology:
+            the decision's precheck reports that), a view with the GPUs the kubelet would not
+            offer taken out, or a :class:`Refusal`.
+        """
+        if isinstance(config, KubeletConfigError):
+            return Refusal(f"the node's kubelet settings are unreadable: {config}", True)
+        if not config.aligning or not isinstance(view.topology, Topology):
+            return view
+        topo = view.topology
+        key = (config, topo.topology_class, view.state_id, rid, demand.key())
+        a: Alignment | None = self._alignments.get(key)
+        if a is None:
+            a = align(topo, view.state, request, config, demand, unit_mib=self.memory_unit_mib)
+            self._alignments.put(key, a)
+        if not a.fits:
+            return Refusal(a.reason, a.unresolvable)
+        if a.must_include:
+            return Refusal(
+                f"the node's kubelet ({config.topology_manager_policy}) would align the pod on "
+                f"NUMA node(s) {format_mask(a.hint.mask)}, which hold only GPUs "
+                f"{','.join(map(str, sorted(a.must_include)))} of the {request.count} asked, "
+                "and add the rest wherever the plugin says; gputopo does not place a pod "
+                "there (its policy would not be bound to include them)", False)
+        unusable = frozenset(range(topo.size)) - a.eligible - view.state.unhealthy
+        if not unusable:
+            return view
+        rkey = (topo.topology_class, view.state_id, a.eligible)
+        hit = self._restricted.get(rkey)
+        if hit is None:
+            restricted = replace(view.state, unhealthy=view.state.unhealthy | unusable)
+            skey = restricted.key()
+            hit = (restricted, skey, intern_state(skey))
+            self._restricted.put(rkey, hit)
+        state, skey, sid = hit
+        out = NodeView.of(view.name, topo, state, skey, sid)
+        if by_free and out.by_free is not None:
+            return out.by_free
+        return out
