@@ -19,6 +19,7 @@ from typing import Any
 from device_plugin.allocation import Allocator, Inventory
 from device_plugin.devices import RESOURCES, ResourceSpec, minor_numbers
 from device_plugin.health import HealthState, start_nvml_watch, start_xid_file_feeder
+from device_plugin.kubelet_config import KubeletConfigFileError, resolve_kubelet_config
 from device_plugin.kubelet_view import KubeletView, NoKubeletView, PodResourcesClient
 from device_plugin.metrics import Metrics
 from device_plugin.pods import FilePodSource, KubePodSource, PodSource
@@ -40,6 +41,7 @@ from device_plugin.server import DevicePluginServicer, ResourceServer
 from device_plugin.settings import DevicePluginSettings
 from topology.contract import RESOURCE_VGPU_MEMORY
 from topology.model import Topology, TopologyError
+from topology.numa_alignment import KubeletConfig, KubeletConfigError
 from topology.sources import unknown_memory
 
 log = logging.getLogger("device_plugin")
@@ -130,6 +132,25 @@ def memory_notice(topology: Topology, settings: DevicePluginSettings) -> str | N
     )
 
 
+def kubelet_settings(settings: DevicePluginSettings) -> tuple[KubeletConfig, str]:
+    """This node's kubelet NUMA-alignment settings and where they came from
+    (:func:`device_plugin.kubelet_config.resolve_kubelet_config`).
+
+    Raises:
+        PluginError: the kubelet config file is unusable or holds a value the kubelet would
+            not accept.
+    """
+    try:
+        return resolve_kubelet_config(
+            file=settings.kubelet_config_file,
+            policy=settings.kubelet_topology_manager_policy,
+            scope=settings.kubelet_topology_manager_scope,
+            cpu_manager_policy=settings.kubelet_cpu_manager_policy,
+        )
+    except (KubeletConfigFileError, KubeletConfigError) as exc:
+        raise PluginError(str(exc)) from None
+
+
 @dataclass
 class DevicePlugin:
     """A running device plugin (build with :meth:`build`, then :meth:`start` / :meth:`stop`)."""
@@ -146,6 +167,7 @@ class DevicePlugin:
 
     def __post_init__(self) -> None:
         s = self.settings
+        self.kubelet, self.kubelet_source = kubelet_settings(s)
         self.health = HealthState(recovery_s=s.health_recovery_s)
         self.inventory = Inventory(self.topology, self.health, s.vgpu_memory_unit_mib,
                                    s.shared_slots)
@@ -185,7 +207,7 @@ class DevicePlugin:
             self.publisher,
             s.node_name,
             lambda: node_metadata(self.topology, self.health.unhealthy(), s.vgpu_memory_unit_mib,
-                                  s.shared_slots),
+                                  s.shared_slots, kubelet=self.kubelet),
             s.publish_interval_s,
             on_error=self.metrics.annotation_errors.inc,
         )
@@ -266,6 +288,10 @@ class DevicePlugin:
         notice = memory_notice(self.topology, s)
         if notice:
             log.warning("%s", notice)
+        log.info("kubelet NUMA alignment (%s): %s%s", self.kubelet_source,
+                 self.kubelet.describe(),
+                 "; the extender places GPUs on the NUMA node(s) the Topology Manager will "
+                 "pick" if self.kubelet.aligning else "")
         uuids = [g.uuid for g in self.topology.gpus]
         start_nvml_watch(self.nvml, uuids, self.health, self.stop_event,
                          probe_interval_s=s.health_probe_interval_s)  # fmt: skip

@@ -15,6 +15,10 @@ label ``gputopo.io/gpu-model``             the GPU model, sanitised to a label v
                                            (``Tesla V100-SXM2-16GB`` → ``Tesla-V100-SXM2-16GB``;
                                            ``mixed`` when the GPUs differ)
 label ``gputopo.io/topology-class``        :attr:`topology.model.Topology.topology_class`
+labels ``gputopo.io/topology-manager-*``,  this node's kubelet NUMA-alignment settings
+``gputopo.io/cpu-manager-policy``          (:func:`topology.numa_alignment.kubelet_config_labels`;
+                                           :mod:`device_plugin.kubelet_config`), always all
+                                           four so a change back to ``none`` is seen
 =========================================  ====================================================
 
 The plugin publishes at start, every ``publish_interval_s``, and at once when GPU health
@@ -41,6 +45,7 @@ from topology.contract import (
     LABEL_TOPOLOGY_CLASS,
 )
 from topology.model import Topology
+from topology.numa_alignment import KubeletConfig, kubelet_config_labels
 from topology.serialization import dumps
 
 log = logging.getLogger(__name__)
@@ -79,11 +84,14 @@ def gpu_model_label(topology: Topology) -> str:
     return label_value(next(iter(names))) or "unknown"
 
 
-def node_metadata(topology: Topology, unhealthy: frozenset[str], unit_mib: int,
-                  shared_slots: int = 3) -> NodeMetadata:
+def node_metadata(
+    topology: Topology, unhealthy: frozenset[str], unit_mib: int, shared_slots: int = 3, *,
+    kubelet: KubeletConfig | None = None,
+) -> NodeMetadata:
     """The annotations and labels for ``topology`` with ``unhealthy`` GPU UUIDs
     (``shared_slots``: co-location slots per GPU, published as
-    ``gputopo.io/gpu-shared-slots``)."""
+    ``gputopo.io/gpu-shared-slots``), and the kubelet's NUMA-alignment settings (None: the
+    kubelet's defaults)."""
     bad = sorted(g.index for g in topology.gpus if g.uuid in unhealthy)
     return NodeMetadata(
         annotations={
@@ -95,6 +103,7 @@ def node_metadata(topology: Topology, unhealthy: frozenset[str], unit_mib: int,
         labels={
             LABEL_GPU_MODEL: gpu_model_label(topology),
             LABEL_TOPOLOGY_CLASS: topology.topology_class,
+            **kubelet_config_labels(kubelet or KubeletConfig()),
         },
     )
 

@@ -119,6 +119,16 @@ class DevicePluginSettings(BaseSettings):
             ``<gpu-index> lost`` / ``<gpu-index> ok`` make NVML queries on that GPU fail
             (GPU is lost) / answer normally again.
         log_level: ``DEBUG`` | ``INFO`` | ``WARNING`` | ``ERROR``.
+        kubelet_config_file: the kubelet's ``KubeletConfiguration`` file (read-only; usually
+            ``/var/lib/kubelet/config.yaml``): its ``topologyManagerPolicy``,
+            ``topologyManagerScope``, ``topologyManagerPolicyOptions`` and
+            ``cpuManagerPolicy`` are published on the Node (:mod:`device_plugin.kubelet_config`).
+            Unset: only the three settings below, else the kubelet's defaults.
+        kubelet_topology_manager_policy: this node's kubelet ``topologyManagerPolicy``
+            (``none`` | ``best-effort`` | ``restricted`` | ``single-numa-node``); wins over the
+            file. The extender chooses GPUs on the NUMA node(s) that policy will pick.
+        kubelet_topology_manager_scope: ``container`` | ``pod``; wins over the file.
+        kubelet_cpu_manager_policy: ``none`` | ``static``; wins over the file.
     """
 
     model_config = SettingsConfigDict(
@@ -160,6 +170,10 @@ class DevicePluginSettings(BaseSettings):
     )
     fake_xid_file: Path | None = None
     log_level: str = "INFO"
+    kubelet_config_file: Path | None = None
+    kubelet_topology_manager_policy: str | None = None
+    kubelet_topology_manager_scope: str | None = None
+    kubelet_cpu_manager_policy: str | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -186,6 +200,27 @@ class DevicePluginSettings(BaseSettings):
         if v == "kubernetes" or (v.startswith("file:") and len(v) > len("file:")):
             return v
         raise ValueError(f"must be 'kubernetes' or 'file:PATH', got {v!r}")
+
+    @field_validator("kubelet_topology_manager_policy")
+    @classmethod
+    def _tm_policy(cls, v: str | None) -> str | None:
+        from topology.numa_alignment import TOPOLOGY_MANAGER_POLICIES
+
+        return _one_of(v, TOPOLOGY_MANAGER_POLICIES)
+
+    @field_validator("kubelet_topology_manager_scope")
+    @classmethod
+    def _tm_scope(cls, v: str | None) -> str | None:
+        from topology.numa_alignment import TOPOLOGY_MANAGER_SCOPES
+
+        return _one_of(v, TOPOLOGY_MANAGER_SCOPES)
+
+    @field_validator("kubelet_cpu_manager_policy")
+    @classmethod
+    def _cpu_policy(cls, v: str | None) -> str | None:
+        from topology.numa_alignment import CPU_MANAGER_POLICIES
+
+        return _one_of(v, CPU_MANAGER_POLICIES)
 
     @field_validator("log_level")
     @classmethod
@@ -217,6 +252,15 @@ class DevicePluginSettings(BaseSettings):
     def kubelet_socket(self) -> Path:
         """``<device_plugin_dir>/kubelet.sock``."""
         return self.device_plugin_dir / "kubelet.sock"
+
+
+def _one_of(v: str | None, allowed: tuple[str, ...]) -> str | None:
+    """``v`` stripped when it is one of ``allowed`` (None and "" = unset)."""
+    if v is None or not v.strip():
+        return None
+    if v.strip() not in allowed:
+        raise ValueError(f"must be one of {', '.join(allowed)}, got {v!r}")
+    return v.strip()
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

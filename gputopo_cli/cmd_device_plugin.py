@@ -109,6 +109,31 @@ def register(app: typer.Typer) -> None:
         log_level: Annotated[
             str | None, typer.Option(help="DEBUG|INFO|WARNING|ERROR (default: INFO)")
         ] = None,
+        kubelet_config_file: Annotated[
+            str | None,
+            typer.Option(
+                help="the kubelet's KubeletConfiguration file (e.g. /var/lib/kubelet/config.yaml):"
+                " its topologyManagerPolicy/Scope/PolicyOptions and cpuManagerPolicy are "
+                "published on the Node so the extender places GPUs where the kubelet's "
+                "Topology Manager will accept them"
+            ),
+        ] = None,
+        kubelet_topology_manager_policy: Annotated[
+            str | None,
+            typer.Option(
+                help="none|best-effort|restricted|single-numa-node: this node's kubelet "
+                "topologyManagerPolicy (wins over --kubelet-config-file; default: none)"
+            ),
+        ] = None,
+        kubelet_topology_manager_scope: Annotated[
+            str | None,
+            typer.Option(help="container|pod: the kubelet's topologyManagerScope "
+                         "(default: container)"),
+        ] = None,
+        kubelet_cpu_manager_policy: Annotated[
+            str | None,
+            typer.Option(help="none|static: the kubelet's cpuManagerPolicy (default: none)"),
+        ] = None,
         config: Annotated[
             str | None, typer.Option(help="YAML/JSON settings file (env: GPUTOPO_DP_CONFIG)")
         ] = None,
@@ -162,6 +187,10 @@ def register(app: typer.Typer) -> None:
             "profile_window": profile_window,
             "omit_missing_device_nodes": omit_missing_device_nodes,
             "publish_interval_s": publish_interval,
+            "kubelet_config_file": kubelet_config_file,
+            "kubelet_topology_manager_policy": kubelet_topology_manager_policy,
+            "kubelet_topology_manager_scope": kubelet_topology_manager_scope,
+            "kubelet_cpu_manager_policy": kubelet_cpu_manager_policy,
             "log_level": log_level,
             "pod_source": pod_source,
             "node_sink": node_sink,

@@ -177,6 +177,11 @@ def test_registers_lists_devices_with_numa_and_publishes_topology(env) -> None: 
     assert node["labels"] == {
         "gputopo.io/gpu-model": "Tesla-V100-SXM2-16GB",
         "gputopo.io/topology-class": TOPO.topology_class,
+        # the kubelet's defaults: no --kubelet-* setting and no kubelet config file
+        "gputopo.io/topology-manager-policy": "none",
+        "gputopo.io/topology-manager-scope": "container",
+        "gputopo.io/cpu-manager-policy": "none",
+        "gputopo.io/topology-manager-prefer-closest-numa": "false",
     }
     assert node["annotations"]["gputopo.io/vgpu-memory-unit-mib"] == "256"
     assert node["annotations"][ANN_GPU_SHARED_SLOTS] == "3"
@@ -489,10 +494,46 @@ def test_sigterm_removes_our_sockets_and_exits_zero(env) -> None:  # type: ignor
     assert kubelet.socket.exists()  # the kubelet's socket is left alone
 
 
+def test_publishes_the_kubelets_numa_settings(env) -> None:  # type: ignore[no-untyped-def]
+    """The kubelet's config file says single-numa-node and the static CPU manager; a
+    --kubelet-topology-manager-scope setting wins over the file's scope."""
+    kubelet, plugin = env
+    config = plugin.dir / "kubelet-config.yaml"
+    config.write_text(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n"
+        "cpuManagerPolicy: static\ntopologyManagerPolicy: single-numa-node\n"
+        "topologyManagerScope: container\nreservedSystemCPUs: 0-1\n")
+    plugin.start("--kubelet-config-file", str(config), "--kubelet-topology-manager-scope", "pod")
+    node = wait_for(lambda: plugin.node().get("labels") and plugin.node())
+    labels = node["labels"]
+    assert labels["gputopo.io/topology-manager-policy"] == "single-numa-node"
+    assert labels["gputopo.io/topology-manager-scope"] == "pod"
+    assert labels["gputopo.io/cpu-manager-policy"] == "static"
+    assert wait_for(lambda: "kubelet NUMA alignment" in plugin.log.read_text())
+
+
+def test_an_unusable_kubelet_config_file_exits_1_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "kubelet.yaml"
+    bad.write_text("kind: KubeletConfiguration\ntopologyManagerPolicy: strict\n")
+    proc = subprocess.run(
+        gputopo_command() + ["device-plugin", "--node-name", "n1", "--fake-topology", MACHINE,
+                             "--device-plugin-dir", str(tmp_path),
+                             "--pod-source", f"file:{tmp_path}/pods.json",
+                             "--node-sink", f"file:{tmp_path}/node.json", "--metrics-port", "0",
+                             "--kubelet-config-file", str(bad)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("gputopo: error:") and "'strict'" in last
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--node-name", "n1", "--metrics-port", "many"], "metrics-port"),
+        (["--node-name", "n1", "--kubelet-topology-manager-policy", "strict"],
+         "kubelet-topology-manager-policy"),
         (["--node-name", "n1", "--no-such-flag"], "unknown option"),
         (["--metrics-port", "1"], "node name is required"),
         (["--node-name", "n1", "--vgpu-memory-unit-mib", "0"], "vgpu-memory-unit-mib"),
