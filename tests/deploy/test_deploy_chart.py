@@ -248,6 +248,9 @@ def test_extender_tls_with_existing_secret(helm_available: None, tls: TlsMateria
          "ignoredByScheduler"),
         ({"devicePlugin": {"fakeTopologyByNodeLabel": {"Bad_Key": "dgx1-v100"}}}, "Bad_Key"),
         ({"devicePlugin": {"kubeletRootDir": "relative/dir"}}, "kubeletRootDir"),
+        ({"devicePlugin": {"kubelet": {"topologyManagerPolicy": "strict"}}},
+         "topologyManagerPolicy"),
+        ({"devicePlugin": {"kubelet": {"configFile": "config.yaml"}}}, "configFile"),
         ({"extender": {"enabled": False}}, "scheduler.enabled needs the extender"),
     ],
 )
@@ -504,8 +507,46 @@ def test_device_plugin_settings_env_names_exist() -> None:
     from device_plugin.settings import DevicePluginSettings
 
     fields = set(DevicePluginSettings.model_fields)
-    for env in ("POD_RESOURCES_SOCKET", "VGPU_MEMORY_UNIT_MIB", "LOG_LEVEL"):
+    for env in ("POD_RESOURCES_SOCKET", "VGPU_MEMORY_UNIT_MIB", "LOG_LEVEL",
+                "KUBELET_CONFIG_FILE", "KUBELET_TOPOLOGY_MANAGER_POLICY",
+                "KUBELET_TOPOLOGY_MANAGER_SCOPE", "KUBELET_CPU_MANAGER_POLICY"):
         assert env.lower() in fields
+
+
+def test_device_plugin_learns_the_kubelets_numa_settings(
+    helm_available: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """devicePlugin.kubelet: the values become the plugin's settings, and the kubelet's own
+    config file is mounted read-only as that one file (never its directory, which holds its
+    credentials); the plugin resolves them as it will on the node. Default: nothing set, the
+    kubelet's defaults published."""
+    from device_plugin.plugin import kubelet_settings
+
+    default = find(render_manifests({}), "DaemonSet", "gputopo-device-plugin")
+    assert not [e for e in container(default)["env"] if "KUBELET" in e["name"]]
+    values = {"devicePlugin": {"kubelet": {"configFile": "/var/lib/kubelet/config.yaml",
+                                           "topologyManagerScope": "pod"}}}
+    ds = find(render_manifests(values), "DaemonSet", "gputopo-device-plugin")
+    c = container(ds)
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    assert env["GPUTOPO_DP_KUBELET_CONFIG_FILE"] == "/etc/gputopo/kubelet/config.yaml"
+    assert env["GPUTOPO_DP_KUBELET_TOPOLOGY_MANAGER_SCOPE"] == "pod"
+    assert "GPUTOPO_DP_KUBELET_TOPOLOGY_MANAGER_POLICY" not in env
+    assert {"name": "kubelet-config", "mountPath": "/etc/gputopo/kubelet/config.yaml",
+            "readOnly": True} in c["volumeMounts"]
+    assert {"name": "kubelet-config", "hostPath": {"path": "/var/lib/kubelet/config.yaml",
+                                                   "type": "File"}} in \
+        ds["spec"]["template"]["spec"]["volumes"]
+    host = tmp_path / "config.yaml"
+    host.write_text("kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\n"
+                    "cpuManagerPolicy: static\n")
+    for key, value in env.items():
+        if key.startswith("GPUTOPO_DP_KUBELET"):
+            monkeypatch.setenv(key, str(host) if key.endswith("CONFIG_FILE") else value)
+    settings = load_settings({"node_name": "n1"})
+    config, _ = kubelet_settings(settings)
+    assert (config.topology_manager_policy, config.topology_manager_scope,
+            config.cpu_manager_policy) == ("single-numa-node", "pod", "static")
 
 
 def test_fake_topologies(

@@ -296,6 +296,23 @@ spec:
             {{- end }}
             - name: GPUTOPO_DP_LOG_LEVEL
               value: {{ $dp.logLevel | quote }}
+            {{- $kubelet := default dict $dp.kubelet }}
+            {{- with $kubelet.configFile }}
+            - name: GPUTOPO_DP_KUBELET_CONFIG_FILE
+              value: /etc/gputopo/kubelet/config.yaml
+            {{- end }}
+            {{- with $kubelet.topologyManagerPolicy }}
+            - name: GPUTOPO_DP_KUBELET_TOPOLOGY_MANAGER_POLICY
+              value: {{ . | quote }}
+            {{- end }}
+            {{- with $kubelet.topologyManagerScope }}
+            - name: GPUTOPO_DP_KUBELET_TOPOLOGY_MANAGER_SCOPE
+              value: {{ . | quote }}
+            {{- end }}
+            {{- with $kubelet.cpuManagerPolicy }}
+            - name: GPUTOPO_DP_KUBELET_CPU_MANAGER_POLICY
+              value: {{ . | quote }}
+            {{- end }}
             - name: PYTHONUNBUFFERED
               value: "1"
             - name: MPLCONFIGDIR
@@ -342,6 +359,11 @@ spec:
               mountPath: /etc/gputopo/topologies
               readOnly: true
             {{- end }}
+            {{- if (default dict $dp.kubelet).configFile }}
+            - name: kubelet-config
+              mountPath: /etc/gputopo/kubelet/config.yaml
+              readOnly: true
+            {{- end }}
       volumes:
         - name: device-plugins
           hostPath:
@@ -358,6 +380,13 @@ spec:
         - name: topologies
           configMap:
             name: {{ include "gputopo.devicePlugin.fullname" $root }}-topologies
+        {{- end }}
+        {{- with (default dict $dp.kubelet).configFile }}
+        # only the kubelet's config file, not its directory (which holds its credentials)
+        - name: kubelet-config
+          hostPath:
+            path: {{ . }}
+            type: File
         {{- end }}
       {{- with $nodeSelector }}
       nodeSelector:
