@@ -71,6 +71,7 @@ from topology.contract import (
     parse_assignment,
 )
 from topology.model import Topology, format_cpu_list
+from topology.numa_alignment import KubeletConfig
 from topology.policies.base import FULL_CORE, NodeState
 
 SCHEDULER_NAME = "gputopo-scheduler"
@@ -125,6 +126,7 @@ def add_gpu_node(
     unit_mib: int = KWOK_VGPU_MEMORY_UNIT_MIB,
     taints: Sequence[Mapping[str, str]] = (),
     shared_slots: int = DEFAULT_SLOTS,
+    kubelet: KubeletConfig | None = None,
 ) -> Topology:
     """Create a kwok GPU node looking as if the device plugin ran on it.
 
@@ -136,6 +138,8 @@ def add_gpu_node(
         taints: ``{"key", "value", "effect"}`` taints to put on the node.
         shared_slots: co-location slots per GPU (published as ``gputopo.io/gpu-shared-slots``
             and counted in the ``gputopo.io/gpu-shared`` capacity).
+        kubelet: the kubelet NUMA-alignment settings its plugin publishes (None: the
+            kubelet's defaults).
 
     Returns:
         The node's topology (its annotation is ``topology.serialization.dumps`` of it).
@@ -145,7 +149,7 @@ def add_gpu_node(
         kubernetes.client.exceptions.ApiException: the API server refused.
     """
     topo = resolve_machine(machine)
-    meta = node_metadata(topo, frozenset(), unit_mib, shared_slots)
+    meta = node_metadata(topo, frozenset(), unit_mib, shared_slots, kubelet=kubelet)
     cpus = {c for g in topo.gpus for c in g.cpu_affinity}
     capacity = {"cpu": str(max(len(cpus), 8)), "memory": "1Ti",
                 **gpu_capacity(topo, unit_mib, shared_slots)}
@@ -586,9 +590,11 @@ class GpuCluster:
         scheduler: bool = True,
         unit_mib: int = KWOK_VGPU_MEMORY_UNIT_MIB,
         kwok_stages: Path | None = None,
+        kubelet: Mapping[str, KubeletConfig] | None = None,
     ) -> None:
         """Start kwok (with ``kwok_stages``, else its default stages), create the namespace
-        and GPU nodes, then the extender and the scheduler (each optional).
+        and GPU nodes (``kubelet``: node name → the kubelet NUMA-alignment settings it
+        publishes), then the extender and the scheduler (each optional).
 
         Raises:
             ControlPlaneError: a process did not start.
@@ -597,7 +603,8 @@ class GpuCluster:
         self.cp.start_kwok(stages=kwok_stages)
         self.cp.create_default_serviceaccount(self.namespace)
         for name, machine in nodes:
-            self.nodes[name] = add_gpu_node(self.cp, name, machine, unit_mib=unit_mib)
+            self.nodes[name] = add_gpu_node(self.cp, name, machine, unit_mib=unit_mib,
+                                            kubelet=(kubelet or {}).get(name))
         if extender:
             self.extender.start()
         if scheduler:

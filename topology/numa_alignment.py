@@ -889,3 +889,70 @@ def kubelet_config_from_labels(labels: Mapping[str, str] | None) -> KubeletConfi
         )
     except KubeletConfigError as exc:
         raise KubeletConfigError(f"node label: {exc}") from None
+
+
+# ------------------------------------------------------------------------------ admission
+def kubelet_hands_over(
+    topology: Topology, state: NodeState, request: Request, config: KubeletConfig,
+    gpus: Sequence[int], demand: PodDemand = PodDemand(), *, unit_mib: int = 256,
+) -> bool:
+    """Would the kubelet (modelled) admit the pod and give its container exactly ``gpus``
+    (whole GPUs) or units of ``gpus[0]`` only (a share)?
+
+    An independent path to :func:`align`'s verdict, for checking placements: the merged hint
+    from the same hint model, then :func:`devices_to_allocate` run device by device on the
+    kubelet's view of ``state`` (:func:`kubelet_free_gpus`, :func:`unit_views`) with gputopo's
+    ``GetPreferredAllocation`` (exactly the pod's GPUs, or units on its one GPU; the plugin
+    refuses anything else, and so does its ``Allocate``).
+
+    Args:
+        topology: the node.
+        state: its used GPUs before the pod.
+        request: the pod's request.
+        config: the node's kubelet settings.
+        gpus: the placement to check.
+        demand: the pod's CPU and container facts.
+        unit_mib: MiB per ``gputopo.io/vgpu-memory`` device.
+    """
+    a = align(topology, state, request, config, demand, unit_mib=unit_mib)
+    if not a.admitted:
+        return False
+    mask = a.hint.mask if config.aligning else None
+    numa = {g.index: g.numa_node for g in topology.gpus}
+    if not request.fractional:
+        want = [str(g) for g in gpus]
+        available = {str(g): numa[g] for g in kubelet_free_gpus(topology, state)}
+
+        def whole(avail: frozenset[str], must: frozenset[str], size: int) -> list[str]:
+            if not must <= set(want):
+                raise ValueError("the kubelet insists on another GPU")
+            chosen = sorted(must) + [d for d in want if d in avail and d not in must]
+            if len(chosen) < size:
+                raise ValueError("the pod's GPUs are not offered")
+            return chosen[:size]
+
+        try:
+            return devices_to_allocate(mask, available, request.count, whole) == set(want)
+        except ValueError:
+            return False
+    views = unit_views(topology, state, unit_mib)
+    mine = f"{gpus[0]}:"
+    for res, needed in _resources(request, unit_mib).items():
+        available = {f"{g}:{u}": numa[g] for g, c in views[res].free.items() for u in range(c)}
+
+        def units(avail: frozenset[str], must: frozenset[str], size: int) -> list[str]:
+            if any(not d.startswith(mine) for d in must):
+                raise ValueError("the kubelet insists on another GPU's units")
+            chosen = sorted(must) + sorted(d for d in avail if d.startswith(mine)
+                                           and d not in must)
+            if len(chosen) < size:
+                raise ValueError("too few units offered on the pod's GPU")
+            return chosen[:size]
+
+        try:
+            got = devices_to_allocate(mask, available, needed, units)
+        except ValueError:
+            return False
+        if not all(d.startswith(mine) for d in got):
+            return False
+    return True

@@ -28,18 +28,14 @@ from topology.contract import (
     LABEL_CPU_MANAGER_POLICY,
     LABEL_TOPOLOGY_MANAGER_POLICY,
     RESOURCE_GPU,
-    RESOURCE_VGPU_CORE,
-    RESOURCE_VGPU_MEMORY,
 )
 from topology.numa_alignment import (
     TOPOLOGY_MANAGER_POLICIES,
     KubeletConfig,
     PodDemand,
     align,
-    devices_to_allocate,
     kubelet_config_labels,
-    kubelet_free_gpus,
-    unit_views,
+    kubelet_hands_over,
 )
 from topology.policies.base import FULL_CORE, GPUUsage, NodeState, Request
 from topology.serialization import dumps
@@ -228,59 +224,9 @@ def test_kubernetes_state_reads_the_labels(kube: tuple[FakeKubeAPI, KubernetesSt
 # ------------------------------------------------------------------ the property
 def kubelet_accepts(topology: Any, state: NodeState, request: Request, config: KubeletConfig,
                     demand: PodDemand, gpus: tuple[int, ...]) -> bool:
-    """Would the kubelet (modelled) admit the pod and hand its container exactly ``gpus``
-    (whole) or units of ``gpus[0]`` (a share)? The merge from :func:`align`, the allocation
-    from :func:`devices_to_allocate` run device by device on the kubelet's view of ``state``
-    with gputopo's GetPreferredAllocation."""
-    a = align(topology, state, request, config, demand)
-    if not a.admitted:
-        return False
-    mask = a.hint.mask
-    numa = {g.index: g.numa_node for g in topology.gpus}
-    if not request.fractional:
-        free = kubelet_free_gpus(topology, state)
-        available = {str(g): numa[g] for g in free}
-        want = [str(g) for g in gpus]
-
-        def prefer(avail: frozenset[str], must: frozenset[str], size: int) -> list[str]:
-            if not must <= set(want):
-                raise ValueError("insists")
-            chosen = sorted(must) + [d for d in want if d in avail and d not in must]
-            if len(chosen) < size:
-                raise ValueError("not offered")
-            return chosen[:size]
-
-        try:
-            got = devices_to_allocate(mask, available, request.count, prefer)
-        except ValueError:
-            return False
-        return got == set(want)
-    views = unit_views(topology, state, 256)
-    wants = {RESOURCE_VGPU_CORE: request.core_percent,
-             RESOURCE_VGPU_MEMORY: -(-request.memory_mib // 256)}
-    for res, n in wants.items():
-        if n <= 0:
-            continue
-        available = {f"{g}:{u}": numa[g] for g, c in views[res].free.items() for u in range(c)}
-        mine = f"{gpus[0]}:"
-
-        def prefer_units(avail: frozenset[str], must: frozenset[str], size: int,
-                         mine: str = mine) -> list[str]:
-            if any(not d.startswith(mine) for d in must):
-                raise ValueError("insists")
-            chosen = sorted(must) + sorted(d for d in avail if d.startswith(mine)
-                                           and d not in must)
-            if len(chosen) < size:
-                raise ValueError("not offered")
-            return chosen[:size]
-
-        try:
-            got = devices_to_allocate(mask, available, n, prefer_units)
-        except ValueError:
-            return False
-        if not all(d.startswith(mine) for d in got):
-            return False
-    return True
+    """:func:`topology.numa_alignment.kubelet_hands_over` (the device manager run device by
+    device, an independent path to the extender's constraint)."""
+    return kubelet_hands_over(topology, state, request, config, gpus, demand)
 
 
 @st.composite
