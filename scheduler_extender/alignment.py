@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -41,10 +41,11 @@ from topology.numa_alignment import (
     KubeletConfigError,
     PodDemand,
     align,
+    complete_must_include,
     format_mask,
     kubelet_config_from_labels,
 )
-from topology.policies.base import Request
+from topology.policies.base import Decision, NodeState, Request
 
 _CACHE_SIZE = 65_536
 
@@ -132,6 +133,7 @@ class NUMAAlignment:
     def apply(
         self, view: NodeView, config: KubeletConfig | KubeletConfigError, request: Request,
         demand: PodDemand, rid: int, *, by_free: bool = False,
+        policy: str = "", place: Callable[[Topology, NodeState], Decision | None] | None = None,
     ) -> NodeView | Refusal:
         """``view`` as the policy should see it on a node whose kubelet has ``config``, or why
         the node cannot take the pod.
@@ -143,6 +145,12 @@ class NUMAAlignment:
             demand: the pod's CPU and container facts.
             rid: a small int standing for ``request`` (the caller's interned request key).
             by_free: return the restricted view's ``by_free`` variant.
+            policy: the name of the pod's policy (``place``'s; part of the cache key).
+            place: the pod's policy on a state (None: no fit), for a ``best-effort`` mask
+                narrower than the request, where the kubelet takes that mask's free GPUs
+                whatever the plugin says: the view is then restricted to the GPUs of
+                :func:`topology.numa_alignment.complete_must_include` (the policy's own
+                choice when it holds them, else the completion with the best EffBW).
 
         Returns:
             ``view`` itself when the kubelet does not align (or the node has no topology:
@@ -161,20 +169,22 @@ class NUMAAlignment:
             self._alignments.put(key, a)
         if not a.fits:
             return Refusal(a.reason, a.unresolvable)
+        eligible = a.eligible
         if a.must_include:
-            return Refusal(
-                f"the node's kubelet ({config.topology_manager_policy}) would align the pod on "
-                f"NUMA node(s) {format_mask(a.hint.mask)}, which hold only GPUs "
-                f"{','.join(map(str, sorted(a.must_include)))} of the {request.count} asked, "
-                "and add the rest wherever the plugin says; gputopo does not place a pod "
-                "there (its policy would not be bound to include them)", False)
-        unusable = frozenset(range(topo.size)) - a.eligible - view.state.unhealthy
-        if not unusable:
+            ckey = ("complete", policy, key)
+            done: frozenset[int] | None | Refusal = self._alignments.get(ckey)
+            if done is None:
+                done = self._complete(a, view, topo, request, place)
+                self._alignments.put(ckey, done)
+            if isinstance(done, Refusal):
+                return done
+            eligible = done
+        elif eligible >= frozenset(range(topo.size)) - view.state.unhealthy:
             return view
-        rkey = (topo.topology_class, view.state_id, a.eligible)
+        rkey = (topo.topology_class, view.state_id, eligible)
         hit = self._restricted.get(rkey)
         if hit is None:
-            restricted = replace(view.state, unhealthy=view.state.unhealthy | unusable)
+            restricted = replace(a, eligible=eligible).restrict(view.state, topo)
             skey = restricted.key()
             hit = (restricted, skey, intern_state(skey))
             self._restricted.put(rkey, hit)
@@ -183,3 +193,28 @@ class NUMAAlignment:
         if by_free and out.by_free is not None:
             return out.by_free
         return out
+
+    @staticmethod
+    def _complete(
+        a: Alignment, view: NodeView, topo: Topology, request: Request,
+        place: Callable[[Topology, NodeState], Decision | None] | None,
+    ) -> frozenset[int] | Refusal:
+        """The GPUs for a pod whose kubelet takes ``a.must_include`` anyway."""
+        why = Refusal(
+            f"the node's kubelet ({a.config.topology_manager_policy}) would align the pod on "
+            f"NUMA node(s) {format_mask(a.hint.mask)}, take GPUs "
+            f"{','.join(map(str, sorted(a.must_include)))} there and ask the plugin for the "
+            "rest, and no placement of the pod's policy holding them fits", False)
+        if place is None:
+            return why
+
+        def gpus(state: NodeState) -> tuple[int, ...] | None:
+            d = place(topo, state)
+            return d.gpus if d is not None else None
+
+        def effbw(state: NodeState) -> float | None:
+            d = place(topo, state)
+            return d.effective_bandwidth_gbps if d is not None else None
+
+        chosen = complete_must_include(a, view.state, topo, request.count, gpus, effbw)
+        return why if chosen is None else chosen

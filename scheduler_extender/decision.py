@@ -71,7 +71,7 @@ from topology.contract import (
 )
 from topology.model import Topology
 from topology.numa_alignment import PodDemand
-from topology.policies.base import Decision, NoFit, Request, RequestError
+from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
 from topology.policies.scoring import NodeScore, ScoreScale, node_score, score_scale
@@ -397,7 +397,8 @@ class Decider:
             return refused
         aligned = self.alignment.apply(
             view, self.alignment.config(view.name, None), ask.request, ask.demand,
-            self._requests(ask.request.key()))
+            self._requests(ask.request.key()), policy=ask.policy,
+            place=self._placer(ask.policy, ask.request))
         if isinstance(aligned, Refusal):
             return Outcome(None, aligned.reason, unresolvable=aligned.unresolvable)
         view = aligned
@@ -521,6 +522,21 @@ class Decider:
             )
         return None
 
+    def _placer(
+        self, policy: str, request: Request,
+    ) -> Callable[[Topology, NodeState], Decision | None]:
+        """``policy``'s decision for ``request`` on a state (None when it does not fit or the
+        request is invalid there): what the NUMA alignment asks when the kubelet takes some
+        GPUs whatever the plugin says (:meth:`NUMAAlignment.apply`)."""
+
+        def place(topology: Topology, state: NodeState) -> Decision | None:
+            try:
+                return self.evaluator.place(policy, topology, state, request)
+            except (NoFit, RequestError):
+                return None
+
+        return place
+
     def _evaluate(self, policy: str, view: NodeView, request: Request) -> Outcome:
         """Decide ``request`` on one node (no state change, no cache of this class).
 
@@ -577,7 +593,7 @@ class Decider:
                 continue
             aligned = self.alignment.apply(
                 view, self.alignment.config(c.name, c.node), request, call.ask.demand, rid,
-                by_free=by_free)
+                by_free=by_free, policy=policy, place=self._placer(policy, request))
             if isinstance(aligned, Refusal):
                 rows.append((c, view, Outcome(None, aligned.reason,
                                               unresolvable=aligned.unresolvable)))

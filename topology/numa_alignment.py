@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from topology.contract import (
@@ -668,6 +668,69 @@ class Alignment:
     def fits(self) -> bool:
         """The kubelet admits the pod and offers GPUs to choose from."""
         return self.admitted and not self.reason
+
+    def restrict(self, state: NodeState, topology: Topology) -> NodeState:
+        """``state`` as a policy should see it: every GPU the kubelet would not hand over
+        (outside :attr:`eligible`) marked unavailable, as an unhealthy GPU is, so the
+        policy's choice lies on the kubelet's mask. Returns ``state`` itself when nothing is
+        taken out. (The policy's PreservedBW then counts only the GPUs left on the mask.)"""
+        unusable = frozenset(range(topology.size)) - self.eligible - state.unhealthy
+        if not unusable:
+            return state
+        return replace(state, unhealthy=state.unhealthy | unusable)
+
+
+#: Most completions :func:`complete_must_include` tries.
+MAX_COMPLETIONS = 256
+
+
+def complete_must_include(
+    alignment: Alignment, state: NodeState, topology: Topology, count: int,
+    place: Callable[[NodeState], Sequence[int] | None],
+    effbw: Callable[[NodeState], float | None],
+) -> frozenset[int] | None:
+    """The GPUs to give a pod when the kubelet takes :attr:`Alignment.must_include` anyway
+    (a ``best-effort`` mask narrower than the request) and the plugin adds the rest: the
+    policy's own choice when it holds them, else the completion with the highest predicted
+    EffBW (ties: the lowest GPU indices).
+
+    Args:
+        alignment: the kubelet's verdict (``must_include`` non-empty).
+        state: the node's state.
+        topology: the node.
+        count: GPUs asked.
+        place: the policy's choice on a state (None: no fit).
+        effbw: the predicted EffBW (GB/s) of the policy's decision on a state where exactly
+            one completion is free (None: no fit).
+
+    Returns:
+        The GPU set, or None when no completion fits (or there are more than
+        :data:`MAX_COMPLETIONS`).
+    """
+    must = alignment.must_include
+    free = frozenset(state.free_gpus(topology))
+    chosen = place(state)
+    if chosen is not None and must <= set(chosen):
+        return frozenset(chosen)
+    rest = sorted(free - must)
+    need = count - len(must)
+    if need < 0 or need > len(rest):
+        return None
+    combos = list(itertools.islice(itertools.combinations(rest, need), MAX_COMPLETIONS + 1))
+    if len(combos) > MAX_COMPLETIONS:
+        return None
+    best: tuple[float, tuple[int, ...]] | None = None
+    everyone = frozenset(range(topology.size))
+    for extra in combos:
+        gpus = must | frozenset(extra)
+        only = replace(state, unhealthy=state.unhealthy | (everyone - gpus - state.unhealthy))
+        bw = effbw(only)
+        if bw is None:
+            continue
+        key = (-bw, tuple(sorted(gpus)))
+        if best is None or key < (-best[0], best[1]):
+            best = (bw, tuple(sorted(gpus)))
+    return frozenset(best[1]) if best is not None else None
 
 
 def _resources(request: Request, unit_mib: int) -> dict[str, int]:
