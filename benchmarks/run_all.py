@@ -6,7 +6,8 @@ Runs, in order:
    ``bench_matching`` (pruned vs exhaustive search), ``bench_allocate`` (device plugin),
    ``bench_planner`` (ANDREAS: §V-B's cost tables at N = 10, 50, 100, the ARMIDA run and the
    plan time per rescheduling point; about an hour at full size), ``bench_numa_agreement``
-   (how often the kubelet's Topology Manager would pick the NUMA node a policy chose) — each
+   (whether the kubelet's Topology Manager accepts the GPUs chosen, with and without the
+   extender following it, and what that costs in EffBW) — each
    as its own process,
    keeping its JSON under ``benchmarks/results/``;
 2. the simulations (``simulator``; the same policy code the extender runs):
