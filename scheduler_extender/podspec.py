@@ -502,7 +502,8 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     * ``container_cpus``: ``guaranteedCPUs`` of the container that asks gputopo devices;
     * ``pod_cpus``: ``podGuaranteedCPUs``: the larger of the app containers plus restartable
       init containers and the largest init container (plus the sidecars before it);
-    * ``device_containers``: containers (init and app) asking gputopo devices.
+    * ``device_containers``: containers (init and app) asking gputopo devices;
+    * ``memory_units``: the pod's ``gputopo.io/vgpu-memory`` demand (:func:`pod_resources`).
 
     Both CPU counts are 0 unless the pod is Guaranteed (:func:`pod_qos`), and 0 for a pod with
     pod-level ``spec.resources`` (the CPU manager then has no preference unless the alpha
@@ -511,6 +512,10 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return PodDemand(device_containers=0)
+    try:
+        memory = pod_resources(pod)[RESOURCE_VGPU_MEMORY]
+    except PodSpecError:
+        memory = 0
     inits = [c for c in (spec.get("initContainers") or []) if isinstance(c, Mapping)]
     apps = [c for c in (spec.get("containers") or []) if isinstance(c, Mapping)]
     devices = [c for c in inits + apps if _asks_devices(c)]
@@ -518,7 +523,7 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
     if pod_qos(pod) != "Guaranteed" or (
             isinstance(pod_level, Mapping) and (pod_level.get("requests")
                                                 or pod_level.get("limits"))):
-        return PodDemand(0, 0, len(devices))
+        return PodDemand(0, 0, len(devices), memory)
     container = _guaranteed_cpus(devices[0]) if devices else 0
     by_init = by_sidecars = 0
     for c in inits:
@@ -530,7 +535,7 @@ def pod_demand(pod: Mapping[str, Any]) -> PodDemand:
         elif by_sidecars + n > by_init:
             by_init = by_sidecars + n
     by_apps = sum(_guaranteed_cpus(c) for c in apps if "cpu" in _section(c, "requests"))
-    return PodDemand(container, max(by_init, by_apps + by_sidecars), len(devices))
+    return PodDemand(container, max(by_init, by_apps + by_sidecars), len(devices), memory)
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:

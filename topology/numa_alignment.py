@@ -57,6 +57,7 @@ from topology.contract import (
     LABEL_TOPOLOGY_MANAGER_PREFER_CLOSEST,
     LABEL_TOPOLOGY_MANAGER_SCOPE,
     RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
@@ -524,19 +525,23 @@ class PodDemand:
             request is whole; else 0).
         pod_cpus: the same for the whole pod (``podGuaranteedCPUs``; the pod scope).
         device_containers: containers (init and app) that ask gputopo devices.
+        memory_units: ``gputopo.io/vgpu-memory`` devices the pod asks (read for a
+            co-location slot, whose request carries the memory it reserves, asked or taken
+            from its profile: only asked units are devices to the kubelet).
     """
 
     container_cpus: int = 0
     pod_cpus: int = 0
     device_containers: int = 1
+    memory_units: int = 0
 
     def cpus(self, scope: str) -> int:
         """Guaranteed CPUs the CPU manager aligns for ``scope``."""
         return self.pod_cpus if scope == SCOPE_POD else self.container_cpus
 
-    def key(self) -> tuple[int, int, int]:
+    def key(self) -> tuple[int, int, int, int]:
         """Hashable form."""
-        return (self.container_cpus, self.pod_cpus, self.device_containers)
+        return (self.container_cpus, self.pod_cpus, self.device_containers, self.memory_units)
 
 
 @dataclass(frozen=True)
@@ -571,35 +576,37 @@ def kubelet_free_gpus(topology: Topology, state: NodeState) -> frozenset[int]:
 
 
 def unit_views(topology: Topology, state: NodeState, unit_mib: int) -> dict[str, UnitView]:
-    """The kubelet's counts of ``gputopo.io/vgpu-core`` and ``gputopo.io/vgpu-memory`` devices
-    per GPU (100 core devices per GPU; ``memory // unit_mib`` memory devices). Allocated =
-    what the vGPU shares on the GPU hold (the plugin proposes units on the share's GPU);
-    a GPU held whole keeps all its units free to the kubelet; an unhealthy GPU has none free.
-    """
-    core_total: dict[int, int] = {}
-    core_free: dict[int, int] = {}
-    mem_total: dict[int, int] = {}
-    mem_free: dict[int, int] = {}
+    """The kubelet's counts of ``gputopo.io/vgpu-core``, ``gputopo.io/vgpu-memory`` and
+    ``gputopo.io/gpu-shared`` devices per GPU (100 core devices per GPU; ``memory //
+    unit_mib`` memory devices; ``state.slots_per_gpu`` slot devices). Allocated = what the
+    vGPU shares and co-located jobs on the GPU hold (the plugin proposes units on the pod's
+    GPU; a co-located job's memory counts as ``gputopo.io/vgpu-memory`` devices, as when the
+    pod asked for it, which is how a slot reserves memory); a GPU held whole keeps all its
+    units and slots free to the kubelet, a GPU with shares its slots; an unhealthy GPU has
+    none free."""
+    views: dict[str, tuple[dict[int, int], dict[int, int]]] = {
+        r: ({}, {}) for r in (RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY, RESOURCE_GPU_SHARED)}
     for g in topology.gpus:
         i = g.index
         units = max(0, g.memory_mib // unit_mib)
-        core_total[i] = FULL_CORE
-        mem_total[i] = units
+        totals = {RESOURCE_VGPU_CORE: FULL_CORE, RESOURCE_VGPU_MEMORY: units,
+                  RESOURCE_GPU_SHARED: state.slots_per_gpu}
+        for r, n in totals.items():
+            views[r][0][i] = n
         if i in state.unhealthy:
-            core_free[i] = mem_free[i] = 0
+            for r in totals:
+                views[r][1][i] = 0
             continue
         u = state.used(i)
         if whole_held(state, i):
-            core_free[i], mem_free[i] = FULL_CORE, units
+            for r, n in totals.items():
+                views[r][1][i] = n
             continue
-        core_free[i] = max(0, FULL_CORE - u.core_percent)
-        held = u.memory_mib // unit_mib if unit_mib > 0 else 0
-        held += u.resident_memory_mib // unit_mib if unit_mib > 0 else 0
-        mem_free[i] = max(0, units - held)
-    return {
-        RESOURCE_VGPU_CORE: UnitView(RESOURCE_VGPU_CORE, core_total, core_free),
-        RESOURCE_VGPU_MEMORY: UnitView(RESOURCE_VGPU_MEMORY, mem_total, mem_free),
-    }
+        held = (u.memory_mib + u.resident_memory_mib) // unit_mib if unit_mib > 0 else 0
+        views[RESOURCE_VGPU_CORE][1][i] = max(0, FULL_CORE - u.core_percent)
+        views[RESOURCE_VGPU_MEMORY][1][i] = max(0, units - held)
+        views[RESOURCE_GPU_SHARED][1][i] = max(0, state.slots_per_gpu - len(u.residents))
+    return {r: UnitView(r, total, free) for r, (total, free) in views.items()}
 
 
 def _per_numa(topology: Topology, per_gpu: Mapping[int, int]) -> dict[int | None, int]:
@@ -733,8 +740,14 @@ def complete_must_include(
     return frozenset(best[1]) if best is not None else None
 
 
-def _resources(request: Request, unit_mib: int) -> dict[str, int]:
+def _resources(request: Request, unit_mib: int,
+               demand: PodDemand = PodDemand()) -> dict[str, int]:
     """The device resources (and counts) the kubelet allocates for ``request``."""
+    if request.shared is not None:
+        out = {RESOURCE_GPU_SHARED: 1}
+        if demand.memory_units > 0:
+            out[RESOURCE_VGPU_MEMORY] = demand.memory_units
+        return out
     if not request.fractional:
         return {RESOURCE_GPU: request.count}
     out: dict[str, int] = {}
@@ -785,10 +798,6 @@ def align(
     everyone = frozenset(g.index for g in topology.gpus)
     if not config.aligning:
         return Alignment(config, Hint(None, False), True, everyone)
-    if request.shared is not None:
-        return Alignment(config, Hint(None, False), False, frozenset(),
-                         reason="co-location slots are not modelled on nodes whose Topology "
-                         f"Manager aligns ({config.describe()})", unresolvable=True)
     scope = config.topology_manager_scope
     if scope == SCOPE_CONTAINER and demand.device_containers > 1:
         return Alignment(
@@ -798,10 +807,10 @@ def align(
                     "container on its own (topologyManagerScope container), which gputopo "
                     "cannot predict; use one GPU container or topologyManagerScope pod"),
             unresolvable=True)
-    wants = _resources(request, unit_mib)
+    wants = _resources(request, unit_mib, demand)
     nodes = gpu_numa_nodes(topology)
     free_gpus = kubelet_free_gpus(topology, state)
-    units = unit_views(topology, state, unit_mib) if request.fractional else {}
+    units = unit_views(topology, state, unit_mib) if RESOURCE_GPU not in wants else {}
     device_provider: dict[str, list[Hint] | None] = {}
     per_resource: dict[str, tuple[dict[int | None, int], dict[int | None, int]]] = {}
     for res, n in wants.items():
@@ -840,8 +849,9 @@ def align(
             f"the node's kubelet would reject the pod (TopologyAffinityError, "
             f"topologyManagerPolicy {config.topology_manager_policy}): {why}"))
     mask = hint.mask
-    if request.fractional:
-        return _share_alignment(topology, state, config, hint, wants, units)
+    if RESOURCE_GPU not in wants:
+        return _share_alignment(topology, state, config, hint, wants, units,
+                                shared=request.shared is not None)
     return _whole_alignment(topology, state, config, hint, request.count, free_gpus, mask)
 
 
@@ -879,13 +889,18 @@ def _whole_alignment(
 
 def _share_alignment(
     topology: Topology, state: NodeState, config: KubeletConfig, hint: Hint,
-    wants: Mapping[str, int], units: Mapping[str, UnitView],
+    wants: Mapping[str, int], units: Mapping[str, UnitView], *, shared: bool = False,
 ) -> Alignment:
+    """A vGPU share or a co-location slot: the GPUs whose units the kubelet would hand over
+    (the one-GPU rules of :func:`align`, per unit resource)."""
     mask = hint.mask
-    eligible = set(state.free_gpus(topology)) | {
-        i for i in range(topology.size)
-        if i not in state.unhealthy and not state.used(i).residents
-        and not whole_held(state, i)}
+    if shared:  # a slot goes to a GPU neither held whole nor split into vGPU shares
+        eligible = {i for i in range(topology.size) if i not in state.unhealthy
+                    and not state.used(i).core_percent and not state.used(i).memory_mib
+                    and len(state.used(i).residents) < state.slots_per_gpu}
+    else:
+        eligible = {i for i in range(topology.size) if i not in state.unhealthy
+                    and not state.used(i).residents and not whole_held(state, i)}
     why: list[str] = []
     for res, needed in wants.items():
         view = units[res]
@@ -907,9 +922,11 @@ def _share_alignment(
         eligible &= ok
     reason = ""
     if not eligible:
-        reason = ("no GPU on NUMA node(s) " + format_mask(mask)
-                  + " has the share free as the kubelet counts it"
-                  + (": " + "; ".join(why) if why else ""))
+        what = "co-location slot" if shared else "vGPU share"
+        reason = (f"the node's kubelet would offer the pod only devices on NUMA node(s) "
+                  f"{format_mask(mask)}, and no GPU there can take its {what} ("
+                  + ("; ".join(why) if why else "held whole, split otherwise or full")
+                  + ")")
     return Alignment(config, hint, True, frozenset(eligible), reason=reason)
 
 
@@ -982,7 +999,7 @@ def kubelet_hands_over(
         return False
     mask = a.hint.mask if config.aligning else None
     numa = {g.index: g.numa_node for g in topology.gpus}
-    if not request.fractional:
+    if not request.fractional and request.shared is None:
         want = [str(g) for g in gpus]
         available = {str(g): numa[g] for g in kubelet_free_gpus(topology, state)}
 
@@ -1000,7 +1017,7 @@ def kubelet_hands_over(
             return False
     views = unit_views(topology, state, unit_mib)
     mine = f"{gpus[0]}:"
-    for res, needed in _resources(request, unit_mib).items():
+    for res, needed in _resources(request, unit_mib, demand).items():
         available = {f"{g}:{u}": numa[g] for g, c in views[res].free.items() for u in range(c)}
 
         def units(avail: frozenset[str], must: frozenset[str], size: int) -> list[str]:

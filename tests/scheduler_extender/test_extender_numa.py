@@ -170,6 +170,24 @@ def test_several_gpu_containers_under_the_container_scope_are_refused() -> None:
     assert "topologyManagerScope pod" in reply["FailedAndUnresolvableNodes"]["c"]
 
 
+def test_a_colocation_slot_goes_where_the_kubelet_offers_slots() -> None:
+    """gputopo.io/gpu-shared: GPUs 0-3 held whole keep their slots free to the kubelet, which
+    therefore offers a slot pod only NUMA 0's slots under single-numa-node: ``snn`` is
+    refused with the reason; on ``plain`` the co-location policy places it on GPU 4-7."""
+    state = two_nodes(busy=(0, 1, 2, 3))
+    ext = Extender(state, "gputopo")
+    limits = {"gputopo.io/gpu-shared": "1"}
+    pod = gpu_pod("slot", resources={"limits": limits, "requests": dict(limits)},
+                  annotations={"gputopo.io/profile": "resnet18:64"})
+    reply = filter_names(ext, pod, ["snn", "plain"])
+    assert reply["NodeNames"] == ["plain"]
+    assert "co-location slot" in reply["FailedNodes"]["snn"]
+    assert ext.bind(ExtenderBindingArgs.model_validate(bind_args(pod, "plain"))) == \
+        {"Error": ""}
+    alloc = state.allocation("uid-slot")
+    assert alloc is not None and alloc.gpus[0] in {4, 5, 6, 7}
+
+
 def test_preemption_judges_the_node_as_its_kubelet_would() -> None:
     """Victims freeing one GPU on each NUMA node do not help a 2-GPU pod on a
     single-numa-node node; victims freeing two on one node do."""

@@ -261,6 +261,27 @@ def test_align_share_the_kubelet_would_spread() -> None:
                  ).eligible == {4}
 
 
+def test_align_slots_on_gpus_held_whole_look_free_to_the_kubelet() -> None:
+    """A co-location slot (gputopo.io/gpu-shared) is a device of its GPU: the slots of GPUs
+    0-3, held whole, are free to the kubelet. So single-numa-node picks NUMA 0 for a slot pod
+    and offers only NUMA 0's slots, where no GPU can take it: the node is refused, although
+    GPUs 4-7 are idle. With GPU 0 free the slot goes there."""
+    from scheduler_extender.podspec import request_from_pod
+
+    pod = {"metadata": {"name": "j", "namespace": "default",
+                        "annotations": {"gputopo.io/profile": "resnet18:64"}},
+           "spec": {"containers": [{"name": "c", "resources": {
+               "limits": {"gputopo.io/gpu-shared": "1"}}}]}}
+    request = request_from_pod(pod)
+    assert request is not None and request.shared is not None
+    a = align(DGX1, NodeState.whole([0, 1, 2, 3]), request, SNN)
+    assert a.hint == H(0) and not a.fits and "co-location slot" in a.reason
+    a = align(DGX1, NodeState.whole([1, 2, 3]), request, SNN)
+    assert a.fits and a.eligible == {0}
+    views = unit_views(DGX1, NodeState.whole([1]), 256)
+    assert views["gputopo.io/gpu-shared"].free[1] == 3
+
+
 def test_align_refuses_what_it_cannot_predict() -> None:
     two = PodDemand(device_containers=2)
     a = align(DGX1, NodeState(), Request(2), SNN, two)
