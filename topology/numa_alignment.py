@@ -743,14 +743,14 @@ def complete_must_include(
 def _resources(request: Request, unit_mib: int,
                demand: PodDemand = PodDemand()) -> dict[str, int]:
     """The device resources (and counts) the kubelet allocates for ``request``."""
+    out: dict[str, int] = {}
     if request.shared is not None:
-        out = {RESOURCE_GPU_SHARED: 1}
+        out[RESOURCE_GPU_SHARED] = 1
         if demand.memory_units > 0:
             out[RESOURCE_VGPU_MEMORY] = demand.memory_units
         return out
     if not request.fractional:
         return {RESOURCE_GPU: request.count}
-    out: dict[str, int] = {}
     if request.core_percent > 0:
         out[RESOURCE_VGPU_CORE] = request.core_percent
     if request.memory_mib > 0:
