@@ -15,7 +15,7 @@ from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
 from tests.scheduler_extender.helpers import bind_args, gpu_pod, names_args
 from topology import catalog
-from topology.contract import ANN_MIN_UTILITY, ANN_POLICY, parse_assignment
+from topology.contract import ANN_MIN_UTILITY, ANN_POLICY, ANN_VGPU_MEMORY, parse_assignment
 from topology.policies.base import NodeState, Request
 from topology.policies.evaluate import Evaluator
 from topology.policies.scoring import node_score
@@ -131,3 +131,20 @@ def test_an_invalid_pod_scores_zero_on_every_named_node(form: str) -> None:
         args = {"Pod": bad, "Nodes": {"items": items}, "NodeNames": None}
     reply = ext.prioritize(ExtenderArgs.model_validate(args))
     assert reply == [{"Host": "n0", "Score": 0}, {"Host": "n1", "Score": 0}]
+
+
+def test_bind_without_filter_counts_memory_in_the_extenders_unit(
+    kube: tuple[FakeKubeAPI, KubernetesState],
+) -> None:
+    """A share pod fetched at bind (no filter call seen) is read in the extender's vGPU-memory
+    unit, as filter would have: 16 units of 128 MiB are 2 GiB."""
+    api, state = kube
+    pod = api.add_pod("share", "u-share", gpus=0)
+    pod["spec"]["containers"][0]["resources"]["limits"] = {
+        "gputopo.io/vgpu-core": "25", "gputopo.io/vgpu-memory": "16"}
+    ext = Extender(state, DEFAULT, memory_unit_mib=128)
+    res = ext.bind(ExtenderBindingArgs(PodName="share", PodNamespace="default", PodUID="u-share",
+                                       Node="n0"))
+    assert res == {"Error": ""}
+    ann = api.pods["u-share"]["metadata"]["annotations"]
+    assert ann[ANN_VGPU_MEMORY] == "2048" and ann["gputopo.io/vgpu-core-granted"] == "25"
