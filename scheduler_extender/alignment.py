@@ -34,8 +34,10 @@ from dataclasses import replace
 from typing import Any
 
 from scheduler_extender.state import ClusterState, NodeView, intern_state
+from topology.contract import KUBELET_CONFIG_LABELS, LABEL_TOPOLOGY_MANAGER_POLICY
 from topology.model import Topology
 from topology.numa_alignment import (
+    KUBELET_DEFAULTS,
     Alignment,
     KubeletConfig,
     KubeletConfigError,
@@ -100,6 +102,7 @@ class NUMAAlignment:
         self.state = state
         self.memory_unit_mib = memory_unit_mib
         self._seen: dict[str, KubeletConfig | KubeletConfigError] = {}
+        self._labels = _LRU(1024)
         self._alignments = _LRU(_CACHE_SIZE)
         self._restricted = _LRU(_CACHE_SIZE)
 
@@ -117,17 +120,34 @@ class NUMAAlignment:
         if node is not None:
             meta = node.get("metadata")
             labels = meta.get("labels") if isinstance(meta, Mapping) else None
-            try:
-                parsed: KubeletConfig | KubeletConfigError = kubelet_config_from_labels(
-                    labels if isinstance(labels, Mapping) else None)
-            except KubeletConfigError as exc:
-                parsed = exc
-            self._seen[name] = parsed
+            labels = labels if isinstance(labels, Mapping) else {}
+            parsed = self._parse(labels)
+            if parsed is KUBELET_DEFAULTS:
+                self._seen.pop(name, None)
+            else:
+                self._seen[name] = parsed
             return parsed
         found = self.state.node_kubelet_config(name)
         if isinstance(found, KubeletConfig) and not found.aligning and name in self._seen:
             return self._seen[name]
         return found
+
+    def _parse(self, labels: Mapping[str, Any]) -> KubeletConfig | KubeletConfigError:
+        """The settings of a Node's labels, cached by their values (the hot path: a Node
+        without an aligning policy label is the defaults at once)."""
+        policy = labels.get(LABEL_TOPOLOGY_MANAGER_POLICY)
+        if policy is None or policy == "none":
+            return KUBELET_DEFAULTS
+        key = tuple(labels.get(k) for k in KUBELET_CONFIG_LABELS)
+        hit: KubeletConfig | KubeletConfigError | None = self._labels.get(key)
+        if hit is None:
+            try:
+                hit = kubelet_config_from_labels({k: v for k, v in zip(
+                    KUBELET_CONFIG_LABELS, key, strict=True) if isinstance(v, str)})
+            except KubeletConfigError as exc:
+                hit = exc
+            self._labels.put(key, hit)
+        return hit
 
     # ------------------------------------------------------------------ views
     def apply(

@@ -58,7 +58,12 @@ from topology.contract import (
     parse_assignment,
 )
 from topology.model import Topology
-from topology.numa_alignment import KubeletConfig, KubeletConfigError, kubelet_config_from_labels
+from topology.numa_alignment import (
+    KUBELET_DEFAULTS,
+    KubeletConfig,
+    KubeletConfigError,
+    kubelet_config_from_labels,
+)
 from topology.policies.base import Decision
 
 log = logging.getLogger("gputopo.extender.kubernetes")
@@ -325,7 +330,7 @@ class KubernetesState(BookedViews):
     def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
         """The node's kubelet NUMA-alignment settings from its labels (the kubelet's
         defaults when it publishes none), or why they are invalid."""
-        return self._node_kubelet.get(name) or KubeletConfig()
+        return self._node_kubelet.get(name) or KUBELET_DEFAULTS
 
     def node_topology(self, name: str) -> Topology | NodeTopologyError:
         """The node's topology from its annotation, or why there is none."""

@@ -29,7 +29,7 @@ from topology import catalog
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import Assignment, assignment_annotations
 from topology.model import Topology, TopologyError
-from topology.numa_alignment import KubeletConfig, KubeletConfigError
+from topology.numa_alignment import KUBELET_DEFAULTS, KubeletConfig, KubeletConfigError
 from topology.policies.base import (
     FULL_CORE,
     Decision,
@@ -596,7 +596,7 @@ class BookedViews:
 
     def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
         """The kubelet's defaults (no NUMA alignment) unless a backend knows better."""
-        return KubeletConfig()
+        return KUBELET_DEFAULTS
 
     def node_state(self, name: str) -> NodeState:
         """Used GPUs of ``name`` (confirmed allocations and in-flight reservations)."""
@@ -695,7 +695,7 @@ class MemoryState(BookedViews):
 
     def node_kubelet_config(self, name: str) -> KubeletConfig | KubeletConfigError:
         """The settings given to :meth:`add_node` (the kubelet's defaults otherwise)."""
-        return self._kubelet.get(name) or KubeletConfig()
+        return self._kubelet.get(name) or KUBELET_DEFAULTS
 
 
     def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:

@@ -930,6 +930,10 @@ def _share_alignment(
     return Alignment(config, hint, True, frozenset(eligible), reason=reason)
 
 
+#: The kubelet's defaults (no alignment): what a node publishing nothing is taken to have.
+KUBELET_DEFAULTS = KubeletConfig()
+
+
 # ------------------------------------------------------------------------------ the contract
 def kubelet_config_labels(config: KubeletConfig) -> dict[str, str]:
     """The Node labels the device plugin publishes for ``config``
