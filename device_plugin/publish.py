@@ -40,6 +40,7 @@ from typing import Any, Protocol
 from topology.contract import (
     ANN_GPU_SHARED_SLOTS,
     ANN_TOPOLOGY,
+    ANN_UNHEALTHY_GPUS,
     ANN_VGPU_MEMORY_UNIT,
     LABEL_GPU_MODEL,
     LABEL_TOPOLOGY_CLASS,
@@ -50,7 +51,6 @@ from topology.serialization import dumps
 
 log = logging.getLogger(__name__)
 
-ANN_UNHEALTHY_GPUS = "gputopo.io/unhealthy-gpus"
 
 
 class PublishError(RuntimeError):

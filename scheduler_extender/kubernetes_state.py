@@ -51,11 +51,13 @@ from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import (
     ANN_GPU_SHARED_SLOTS,
     ANN_TOPOLOGY,
+    ANN_UNHEALTHY_GPUS,
     ANN_VGPU_MEMORY_UNIT,
     AssignmentError,
     assignment_annotations,
     has_assignment,
     parse_assignment,
+    parse_gpu_indices,
 )
 from topology.model import Topology
 from topology.numa_alignment import (
@@ -139,6 +141,19 @@ def _slots(text: object) -> int:
         return DEFAULT_SLOTS
     value = str(text).strip()
     return int(value) if value.isdigit() else 0
+
+
+def _unhealthy(node: str, text: object) -> frozenset[int]:
+    """GPU indices from a node's ``gputopo.io/unhealthy-gpus`` annotation (none when absent).
+    An unreadable value is logged and read as none: the kubelet's allocatable count still
+    keeps kube-scheduler from over-filling the node."""
+    if not isinstance(text, str):
+        return frozenset()
+    try:
+        return parse_gpu_indices(text)
+    except AssignmentError as exc:
+        log.warning("node %s: unreadable %s %r: %s", node, ANN_UNHEALTHY_GPUS, text, exc)
+        return frozenset()
 
 
 class KubernetesState(BookedViews):
@@ -299,6 +314,8 @@ class KubernetesState(BookedViews):
             self._node_unit.pop(name, None)
         slots = ann.get(ANN_GPU_SHARED_SLOTS) if isinstance(ann, Mapping) else None
         self.book.set_slots(name, _slots(slots))
+        sick = ann.get(ANN_UNHEALTHY_GPUS) if isinstance(ann, Mapping) else None
+        self.book.set_unhealthy(name, _unhealthy(name, sick))
         labels = meta.get("labels")
         try:
             kubelet: KubeletConfig | KubeletConfigError = kubelet_config_from_labels(
@@ -320,6 +337,7 @@ class KubernetesState(BookedViews):
                 self._node_unit.pop(str(name), None)
                 self._node_kubelet.pop(str(name), None)
                 self._views.pop(str(name), None)
+                self.book.set_unhealthy(str(name), ())
             else:
                 self._store_node(node)
 

@@ -389,9 +389,11 @@ class AllocationBook:
 
     def set_unhealthy(self, node: str, gpus: Iterable[int]) -> None:
         """Mark GPUs of ``node`` as not to be handed out."""
+        sick = frozenset(gpus)
         with self.lock:
-            self._unhealthy[node] = frozenset(gpus)
-            self._touch(node)
+            if self._unhealthy.get(node, frozenset()) != sick:
+                self._unhealthy[node] = sick
+                self._touch(node)
 
     def set_slots(self, node: str, slots: int) -> None:
         """Co-location slots per GPU of ``node`` (what its device plugin advertises)."""

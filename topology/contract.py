@@ -75,6 +75,9 @@ ANN_TOPOLOGY = PREFIX + "topology"
 ANN_VGPU_MEMORY_UNIT = PREFIX + "vgpu-memory-unit-mib"  # MiB per vgpu-memory unit
 #: Co-location slots per GPU the node's device plugin advertises (gpu-shared devices per GPU).
 ANN_GPU_SHARED_SLOTS = PREFIX + "gpu-shared-slots"
+#: Indices of the node's GPUs its device plugin reports unhealthy (critical XID, failed NVML
+#: query; comma-separated, empty when all are healthy). The extender never hands them out.
+ANN_UNHEALTHY_GPUS = PREFIX + "unhealthy-gpus"
 LABEL_GPU_MODEL = PREFIX + "gpu-model"
 LABEL_TOPOLOGY_CLASS = PREFIX + "topology-class"
 #: The node's kubelet settings that decide NUMA alignment (KubeletConfiguration fields of the
@@ -322,3 +325,21 @@ def parse_assignment(annotations: Mapping[str, str] | None) -> Assignment:
         memory_mib=mem,
         colocation=colocation,
     )
+
+
+def parse_gpu_indices(text: str) -> frozenset[int]:
+    """GPU indices from a comma-separated list such as ``"0,3"`` (the format of
+    :data:`ANN_UNHEALTHY_GPUS`); blank = none.
+
+    Raises:
+        AssignmentError: an item is not a non-negative integer.
+    """
+    out: set[int] = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        if not item.isdigit():
+            raise AssignmentError(f"{item!r} is not a GPU index")
+        out.add(int(item))
+    return frozenset(out)

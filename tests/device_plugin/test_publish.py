@@ -7,7 +7,6 @@ import pytest
 
 from device_plugin.plugin import PluginError, open_nvml
 from device_plugin.publish import (
-    ANN_UNHEALTHY_GPUS,
     ANN_VGPU_MEMORY_UNIT,
     MemoryNodePublisher,
     PublishLoop,
@@ -17,7 +16,12 @@ from device_plugin.publish import (
 )
 from device_plugin.settings import load_settings
 from topology import catalog, serialization
-from topology.contract import ANN_TOPOLOGY, LABEL_GPU_MODEL, LABEL_TOPOLOGY_CLASS
+from topology.contract import (
+    ANN_TOPOLOGY,
+    ANN_UNHEALTHY_GPUS,
+    LABEL_GPU_MODEL,
+    LABEL_TOPOLOGY_CLASS,
+)
 from topology.model import Topology
 
 

@@ -18,6 +18,7 @@ from tests.scheduler_extender.helpers import POLICY, gpu_pod, names_args
 from topology import catalog
 from topology.contract import (
     ANN_NODE,
+    ANN_UNHEALTHY_GPUS,
     OUTPUT_ANNOTATIONS,
     assignment_annotations,
     parse_assignment,
@@ -251,3 +252,36 @@ def test_node_annotation_changes_are_watched(fake: FakeKubeAPI, kube: Kubernetes
     fake.push("nodes", "DELETED", fake.nodes["late-node"])
     wait_for(lambda: isinstance(kube.node_topology("late-node"), NodeTopologyError),
              "node deletion")
+
+
+def _set_unhealthy(fake: FakeKubeAPI, node: str, value: str | None) -> None:
+    ann = fake.nodes[node]["metadata"]["annotations"]
+    if value is None:
+        ann.pop(ANN_UNHEALTHY_GPUS, None)
+    else:
+        ann[ANN_UNHEALTHY_GPUS] = value
+    fake.push("nodes", "MODIFIED", fake.nodes[node])
+
+
+def test_gpus_the_plugin_reports_unhealthy_are_never_handed_out(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """The device plugin's ``gputopo.io/unhealthy-gpus`` reaches the node state: a pod is not
+    placed on a sick GPU (the kubelet would not offer it to Allocate), and the GPU is handed out
+    again once the plugin reports it recovered."""
+    ext = Extender(kube, POLICY)
+    whole = ExtenderArgs.model_validate(names_args(gpu_pod("whole", 8), ["n1"]))
+    assert ext.filter(whole)["NodeNames"] == ["n1"]
+    _set_unhealthy(fake, "n1", "2,5")
+    wait_for(lambda: kube.node_state("n1").unhealthy == {2, 5}, "the unhealthy GPUs")
+    res = ext.filter(whole)
+    assert res["NodeNames"] == [] and "n1" in res["FailedNodes"]
+    assert bind_through(ext, fake, "six", "u-six", "n1", gpus=6) == {"Error": ""}
+    ann = fake.pods["u-six"]["metadata"]["annotations"]
+    assert set(parse_assignment(ann).gpu_indices) == set(range(8)) - {2, 5}
+    # garbled: logged, read as none (the plugin rewrites it on its next publish)
+    _set_unhealthy(fake, "n0", "two")
+    _set_unhealthy(fake, "n0", "3")
+    wait_for(lambda: kube.node_state("n0").unhealthy == {3}, "the next good value")
+    _set_unhealthy(fake, "n0", None)
+    wait_for(lambda: not kube.node_state("n0").unhealthy, "recovery")
