@@ -4,6 +4,7 @@ it from the fetched pod)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -148,3 +149,25 @@ def test_bind_without_filter_counts_memory_in_the_extenders_unit(
     assert res == {"Error": ""}
     ann = api.pods["u-share"]["metadata"]["annotations"]
     assert ann[ANN_VGPU_MEMORY] == "2048" and ann["gputopo.io/vgpu-core-granted"] == "25"
+
+
+def test_a_bind_without_pod_uid_is_keyed_by_the_live_pods_uid(
+    kube: tuple[FakeKubeAPI, KubernetesState],
+) -> None:
+    """A bind request with no PodUID for a pod the watch knows takes the live pod's UID: the
+    reservation, the Binding's precondition and the memo of its filter call all use it."""
+    api, state = kube
+    pod = api.add_pod("nouid", "u-nouid", gpus=4, annotations={ANN_POLICY: "mapa-preserve"},
+                      emit=True)
+    deadline = time.monotonic() + 10
+    while state.pod_uid("default", "nouid") != "u-nouid":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    ext = Extender(state, DEFAULT)
+    ext.filter(ExtenderArgs.model_validate(names_args(pod, ["n0"])))
+    res = ext.bind(ExtenderBindingArgs(PodName="nouid", PodNamespace="default", PodUID="",
+                                       Node="n0"))
+    assert res == {"Error": ""}
+    held = state.allocation("u-nouid")
+    assert held is not None and held.gpus == (0, 2, 5, 7)  # the filtered pod's own policy
+    assert held.pod == PodRef("default", "nouid", "u-nouid")
