@@ -20,6 +20,9 @@ def register(app: typer.Typer) -> None:
         port: Annotated[int | None, typer.Option("--port", help="listen port (default 8888; 0 = any free port)")] = None,
         tls_cert: Annotated[Path | None, typer.Option("--tls-cert", help="PEM certificate: serve HTTPS (with --tls-key)")] = None,
         tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert")] = None,
+        auth: Annotated[str | None, typer.Option("--auth", help="who may call the verbs: none | loopback (127.0.0.1/::1 only: a sidecar of kube-scheduler) | mtls (client certificates; --client-ca, --allowed-client-name)")] = None,
+        client_ca: Annotated[Path | None, typer.Option("--client-ca", help="--auth mtls: PEM CA that signs the callers' client certificates")] = None,
+        allowed_client_name: Annotated[list[str] | None, typer.Option("--allowed-client-name", help="--auth mtls: a client certificate common name allowed to call the verbs (repeat for several)")] = None,
         log_level: Annotated[str | None, typer.Option("--log-level", help="debug | info | warning | error")] = None,
         policy: Annotated[str | None, typer.Option("--policy", help="default placement policy (pods may override with gputopo.io/policy)")] = None,
         state: Annotated[str | None, typer.Option("--state", help="kubernetes (list/watch the API; default) | memory (catalog nodes)")] = None,
@@ -38,6 +41,7 @@ def register(app: typer.Typer) -> None:
         import uvicorn
 
         from scheduler_extender.app import create_app, tune_gc
+        from scheduler_extender.auth import uvicorn_options
         from scheduler_extender.kubernetes_state import ApiError, KubernetesState
         from scheduler_extender.settings import SettingsError, load_settings
         from scheduler_extender.state import ClusterState, MemoryState
@@ -46,6 +50,8 @@ def register(app: typer.Typer) -> None:
             settings = load_settings(
                 {
                     "host": host, "port": port, "tls_cert": tls_cert, "tls_key": tls_key,
+                    "auth": auth, "client_ca": client_ca,
+                    "allowed_client_names": allowed_client_name or None,
                     "log_level": log_level, "policy": policy, "state": state, "nodes": nodes,
                     "kubeconfig": kubeconfig, "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
                     "bind_concurrency": bind_concurrency,
@@ -76,14 +82,19 @@ def register(app: typer.Typer) -> None:
         app_ = create_app(settings, backend)
         tune_gc()
         logging.getLogger("gputopo.extender").info(
-            "extender: policy=%s state=%s on %s://%s:%d", settings.policy, settings.state,
-            "https" if settings.tls_cert else "http", settings.host, settings.port,
+            "extender: policy=%s state=%s auth=%s on %s://%s:%d", settings.policy,
+            settings.state, settings.auth, "https" if settings.tls_cert else "http",
+            settings.host, settings.port,
         )  # fmt: skip
         uvicorn.run(
             app_, host=settings.host, port=settings.port,
-            ssl_certfile=str(settings.tls_cert) if settings.tls_cert else None,
-            ssl_keyfile=str(settings.tls_key) if settings.tls_key else None,
             log_level=settings.log_level, access_log=settings.log_level == "debug",
+            **uvicorn_options(
+                mode=settings.auth,
+                tls_cert=str(settings.tls_cert) if settings.tls_cert else None,
+                tls_key=str(settings.tls_key) if settings.tls_key else None,
+                client_ca=str(settings.client_ca) if settings.client_ca else None,
+            ),
         )  # fmt: skip
 
     @app.command()

@@ -192,3 +192,58 @@ def generate_pki(directory: Path, service_ip: str = "10.96.0.1") -> Pki:
         )
     )
     return pki
+
+
+@dataclass(frozen=True)
+class ExtenderTls:
+    """PEM files of an mTLS extender set-up (:func:`generate_extender_tls`).
+
+    Attributes:
+        ca_cert: the CA that signs the extender's serving certificate and the clients'.
+        server_cert / server_key: the extender's, valid for 127.0.0.1, ::1 and localhost.
+        clients: common name → (certificate, key) signed by ``ca_cert``.
+        rogue_cert / rogue_key: a client certificate (CN of the first client name) signed by
+            another CA: a TLS handshake with it must fail.
+    """
+
+    ca_cert: Path
+    server_cert: Path
+    server_key: Path
+    clients: dict[str, tuple[Path, Path]]
+    rogue_cert: Path
+    rogue_key: Path
+
+
+def generate_extender_tls(directory: Path, client_names: tuple[str, ...]) -> ExtenderTls:
+    """Write a CA, the extender's serving certificate and one client certificate per name
+    (clientAuth usage) into ``directory``, plus a client certificate from an unrelated CA.
+
+    Raises:
+        ValueError: no client names.
+        OSError: the files cannot be written.
+    """
+    if not client_names:
+        raise ValueError("at least one client name is needed")
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_cert, ca_key = _make_ca("gputopo-extender-ca")
+    _write_cert(directory / "extender-ca.crt", ca_cert)
+    server, server_key = _make_leaf(ca_cert, ca_key, "gputopo-extender", server=True,
+                                    dns_names=("localhost",), ips=("127.0.0.1", "::1"))
+    _write_cert(directory / "extender.crt", server)
+    _write_key(directory / "extender.key", server_key)
+    clients: dict[str, tuple[Path, Path]] = {}
+    for name in client_names:
+        cert, key = _make_leaf(ca_cert, ca_key, name)
+        paths = (directory / f"client-{name}.crt", directory / f"client-{name}.key")
+        _write_cert(paths[0], cert)
+        _write_key(paths[1], key)
+        clients[name] = paths
+    rogue_ca, rogue_ca_key = _make_ca("rogue-ca")
+    rogue, rogue_key = _make_leaf(rogue_ca, rogue_ca_key, client_names[0])
+    _write_cert(directory / "rogue-client.crt", rogue)
+    _write_key(directory / "rogue-client.key", rogue_key)
+    return ExtenderTls(
+        ca_cert=directory / "extender-ca.crt", server_cert=directory / "extender.crt",
+        server_key=directory / "extender.key", clients=clients,
+        rogue_cert=directory / "rogue-client.crt", rogue_key=directory / "rogue-client.key",
+    )  # fmt: skip

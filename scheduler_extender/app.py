@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from scheduler_extender.auth import CallerAuth
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.routes import binding, health, metrics, preemption, scheduling
@@ -61,8 +62,10 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
     """Build the extender app over ``state`` with ``settings.policy`` as default policy.
 
     Args:
-        settings: resolved settings (``policy``, ``eval_budget_ms``, ``eval_workers`` and
-            ``bind_concurrency`` are read here; host, port and TLS belong to the server).
+        settings: resolved settings (``policy``, ``eval_budget_ms``, ``eval_workers``,
+            ``bind_concurrency`` and ``auth`` / ``allowed_client_names`` — the
+            :class:`~scheduler_extender.auth.CallerAuth` middleware — are read here; host,
+            port and TLS belong to the server: :func:`scheduler_extender.auth.uvicorn_options`).
         state: the cluster state backend (:class:`MemoryState`, :class:`KubernetesState`).
 
     Returns:
@@ -89,6 +92,9 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
                  bind_limiter=CapacityLimiter(settings.bind_concurrency))
     app.state.runtime = rt
     app.state.settings = settings
+    if settings.auth != "none":
+        app.add_middleware(CallerAuth, mode=settings.auth,
+                           allowed_names=settings.allowed_client_names, metrics=counters)
     for r in (scheduling.router, preemption.router, binding.router, health.router,
               metrics.router):
         app.include_router(r)

@@ -31,6 +31,10 @@ class Metrics:
         bind_api: ``gputopo_extender_bind_api_seconds`` — the state backend's bind call
             alone (on Kubernetes the Binding's round trip to the API server), so a slow bind
             can be told apart: the API server's time or the extender's.
+        auth: ``gputopo_extender_auth_requests_total{result}`` — requests to authenticated
+            paths (the verbs) when caller authentication is on: ``ok``, ``unauthenticated``
+            (401, no client certificate) or ``forbidden`` (403: not loopback, or a client
+            certificate whose name is not allowed).
     """
 
     def __init__(self) -> None:
@@ -65,6 +69,12 @@ class Metrics:
             "gputopo_extender_bind_api_seconds",
             "The state backend's bind call (the Binding's API round trip), seconds.",
             buckets=_BUCKETS, registry=self.registry,
+        )  # fmt: skip
+
+        self.auth = Counter(
+            "gputopo_extender_auth_requests_total",
+            "Requests to the extender's authenticated paths, by result.",
+            ["result"], registry=self.registry,
         )  # fmt: skip
 
     def render(self) -> tuple[bytes, str]:

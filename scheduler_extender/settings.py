@@ -51,6 +51,14 @@ class ExtenderSettings(BaseSettings):
         port: listen port (0 = any free port).
         tls_cert: PEM certificate file; with ``tls_key`` serves HTTPS (uvicorn ssl).
         tls_key: PEM private key file.
+        auth: who may call the verbs (``scheduler_extender.auth``): ``none`` (anyone),
+            ``loopback`` (peers on 127.0.0.0/8 or ::1 only, else 403: the extender as a
+            sidecar of kube-scheduler) or ``mtls`` (HTTPS client certificates signed by
+            ``client_ca`` whose subject CN is in ``allowed_client_names``; none: 401, another
+            name: 403). ``/healthz``, ``/readyz``, ``/metrics`` stay open in every mode.
+        client_ca: ``mtls``: PEM CA bundle that signs the callers' client certificates.
+        allowed_client_names: ``mtls``: subject common names accepted (e.g. the
+            ``gputopo-scheduler`` certificate kube-scheduler presents).
         log_level: ``debug`` / ``info`` / ``warning`` / ``error``.
         policy: default placement policy (a registered name; pods may override it with the
             ``gputopo.io/policy`` annotation).
@@ -98,6 +106,9 @@ class ExtenderSettings(BaseSettings):
     port: int = Field(default=8888, ge=0, le=65535)
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    auth: Literal["none", "loopback", "mtls"] = "none"
+    client_ca: Path | None = None
+    allowed_client_names: list[str] = Field(default_factory=list)
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     policy: str = DEFAULT_POLICY
     state: Literal["memory", "kubernetes"] = "kubernetes"
@@ -113,7 +124,7 @@ class ExtenderSettings(BaseSettings):
     user_profiles: Path | None = None
     measured_profiles: Path | None = None
 
-    @field_validator("log_level", "state", mode="before")
+    @field_validator("log_level", "state", "auth", mode="before")
     @classmethod
     def _lower(cls, v: object) -> object:
         return v.strip().lower() if isinstance(v, str) else v
@@ -153,7 +164,20 @@ class ExtenderSettings(BaseSettings):
     def _consistent(self) -> ExtenderSettings:
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("tls_cert and tls_key must be given together")
-        for f in (self.tls_cert, self.tls_key, self.kubeconfig):
+        self.allowed_client_names = [n.strip() for n in self.allowed_client_names if n.strip()]
+        if self.auth == "mtls":
+            missing = [n for n, v in (("tls_cert", self.tls_cert), ("client_ca", self.client_ca))
+                       if v is None]
+            if missing:
+                raise ValueError(f"auth mtls needs {' and '.join(missing)} (HTTPS with client "
+                                 "certificates verified against client_ca)")
+            if not self.allowed_client_names:
+                raise ValueError("auth mtls needs allowed_client_names (the client "
+                                 "certificate common names that may call the verbs)")
+        elif self.client_ca is not None or self.allowed_client_names:
+            raise ValueError(f"client_ca and allowed_client_names are for auth mtls, not "
+                             f"{self.auth}")
+        for f in (self.tls_cert, self.tls_key, self.kubeconfig, self.client_ca):
             if f is not None and not f.is_file():
                 raise ValueError(f"file {str(f)!r} does not exist")
         if self.state == "memory":

@@ -1,0 +1,183 @@
+"""Who may call the extender's verbs: only kube-scheduler (issue 14, "only the scheduler binds").
+
+Three modes (``ExtenderSettings.auth``):
+
+* ``none`` — anyone who reaches the port (the extender's historical behaviour; keep it for a
+  memory-state demo or tests).
+* ``loopback`` — the extender runs as a sidecar of kube-scheduler in the same pod (the chart's
+  default) and the scheduler calls ``http://127.0.0.1:<port>``: a verb request from any peer
+  address other than 127.0.0.0/8 or ::1 is answered **403**. The server may still listen on
+  every interface so that the kubelet's probes and Prometheus reach ``/healthz``, ``/readyz``
+  and ``/metrics``.
+* ``mtls`` — a standalone extender behind a Service: HTTPS with an *optional* client
+  certificate verified against ``client_ca`` (``ssl.CERT_OPTIONAL``). No certificate: **401**.
+  A certificate whose subject common name is not one of ``allowed_client_names``: **403**.
+  kube-scheduler presents its certificate with the extender's ``tlsConfig.certFile`` /
+  ``keyFile`` (or ``certData`` / ``keyData``). A certificate the CA did not sign fails the TLS
+  handshake itself (no HTTP status at all).
+
+``/healthz``, ``/readyz`` and ``/metrics`` are never authenticated (probes, scrapes). Every
+authenticated path is counted in ``gputopo_extender_auth_requests_total{result}`` with result
+``ok``, ``unauthenticated`` (401) or ``forbidden`` (403).
+
+uvicorn does not put the peer certificate into the ASGI scope. :class:`PeerCertH11Protocol`
+(uvicorn's h11 protocol, one instance per connection) reads it from the TLS transport when the
+connection is made (``transport.get_extra_info("peercert")``, the verified certificate as
+:meth:`ssl.SSLSocket.getpeercert` returns it) and puts it into that connection's copy of the
+ASGI ``state`` mapping, which uvicorn copies into every request's ``scope["state"]``; the
+:class:`CallerAuth` middleware reads it there. :func:`uvicorn_options` gives the matching
+``uvicorn.Config`` keywords.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import ssl
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any, Literal
+
+from pydantic_core import to_json
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from scheduler_extender.metrics import Metrics
+
+AuthMode = Literal["none", "loopback", "mtls"]
+
+#: Key of the peer certificate in the ASGI ``scope["state"]`` mapping (None: no certificate).
+PEER_CERT_KEY = "gputopo.peer_cert"
+
+#: Paths served to anyone whatever the mode (kubelet probes, Prometheus).
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+PeerCert = dict[str, Any]
+
+
+class PeerCertH11Protocol(H11Protocol):
+    """uvicorn's h11 HTTP protocol that records the connection's verified client certificate.
+
+    ``connection_made`` runs once per TCP connection, after the TLS handshake; every request
+    on that keep-alive connection then finds the certificate under :data:`PEER_CERT_KEY` in
+    ``scope["state"]`` (an empty mapping from ``getpeercert()`` — no certificate — is stored
+    as None).
+    """
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        cert = transport.get_extra_info("peercert")
+        # a per-connection copy: uvicorn's app_state is shared by every connection
+        self.app_state = {**self.app_state, PEER_CERT_KEY: cert or None}
+
+
+def is_loopback(host: str | None) -> bool:
+    """``host`` (an IP address text, as in the ASGI ``client``) is 127.0.0.0/8 or ::1, also
+    written as an IPv4-mapped IPv6 address (``::ffff:127.0.0.1``). Anything else, including
+    None or a name, is not."""
+    if not host:
+        return False
+    try:
+        ip = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped.is_loopback
+    return ip.is_loopback
+
+
+def common_names(cert: PeerCert | None) -> list[str]:
+    """The subject commonName values of a certificate as ``getpeercert()`` returns it
+    (``{"subject": ((("commonName", "x"),), …), …}``); [] for None or no CN."""
+    if not cert:
+        return []
+    names: list[str] = []
+    for rdn in cert.get("subject") or ():
+        for attr in rdn:
+            if len(attr) == 2 and attr[0] == "commonName":
+                names.append(str(attr[1]))
+    return names
+
+
+class CallerAuth:
+    """ASGI middleware: authenticate the caller of every path but :data:`OPEN_PATHS`.
+
+    Args:
+        app: the wrapped ASGI app.
+        mode: ``none`` (pass everything, count nothing), ``loopback`` or ``mtls``.
+        allowed_names: ``mtls``: the client certificate subject common names accepted.
+        metrics: where ``gputopo_extender_auth_requests_total{result}`` is counted.
+
+    Refusals are JSON ``{"Error": "<reason>"}`` (the extender's error shape), 401 or 403.
+    """
+
+    def __init__(
+        self, app: ASGIApp, *, mode: AuthMode, allowed_names: Iterable[str] = (),
+        metrics: Metrics,
+    ) -> None:
+        self.app = app
+        self.mode = mode
+        self.allowed = frozenset(allowed_names)
+        self.metrics = metrics
+
+    def check(self, scope: Scope) -> tuple[int, str]:
+        """``(0, "")`` when the caller may proceed, else ``(401 or 403, reason)``."""
+        if self.mode == "loopback":
+            client = scope.get("client")
+            host = client[0] if client else None
+            if is_loopback(host):
+                return 0, ""
+            return 403, (f"forbidden: this extender serves {scope.get('path')} only to "
+                         f"kube-scheduler on loopback (127.0.0.1/::1); peer {host or 'unknown'}")
+        cert = (scope.get("state") or {}).get(PEER_CERT_KEY)
+        if not cert:
+            return 401, ("unauthenticated: a client certificate signed by the extender's "
+                         "client CA is required")
+        names = common_names(cert)
+        if self.allowed.intersection(names):
+            return 0, ""
+        shown = ", ".join(names) or "none"
+        return 403, (f"forbidden: client certificate common name ({shown}) is not one of the "
+                     f"allowed client names ({', '.join(sorted(self.allowed))})")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.mode == "none" or scope["type"] != "http" or scope.get("path") in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        status, reason = self.check(scope)
+        result = "ok" if status == 0 else ("unauthenticated" if status == 401 else "forbidden")
+        self.metrics.auth.labels(result=result).inc()
+        if status == 0:
+            await self.app(scope, receive, send)
+            return
+        body = to_json({"Error": reason})
+        await send({
+            "type": "http.response.start", "status": status,
+            "headers": [(b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode())],
+        })  # fmt: skip
+        await send({"type": "http.response.body", "body": body})
+
+
+def uvicorn_options(
+    *, mode: AuthMode, tls_cert: str | None, tls_key: str | None, client_ca: str | None
+) -> dict[str, Any]:
+    """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config`` serving the extender.
+
+    Always the certificate-recording h11 protocol and no proxy headers (``X-Forwarded-For``
+    must never stand in for the peer address loopback mode checks). With ``tls_cert``: HTTPS;
+    ``mtls`` adds ``ssl.CERT_OPTIONAL`` verification of client certificates against
+    ``client_ca`` (optional at the TLS layer so a request without one gets an HTTP 401 rather
+    than a handshake error, and probes without certificates still work).
+    """
+    opts: dict[str, Any] = {"http": PeerCertH11Protocol, "proxy_headers": False}
+    if tls_cert:
+        opts["ssl_certfile"] = tls_cert
+        opts["ssl_keyfile"] = tls_key
+    if mode == "mtls":
+        opts["ssl_cert_reqs"] = ssl.CERT_OPTIONAL
+        opts["ssl_ca_certs"] = client_ca
+    return opts
