@@ -9,18 +9,22 @@ import time.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any
 
-import yaml
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from device_plugin.api import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
+from topology.settings_file import (
+    ConfigFileSource,
+    SettingsError,
+    config_file_data,
+    read_settings_file,
+)
+
+__all__ = ["DevicePluginSettings", "SettingsError", "load_settings", "read_config_file"]
 
 #: Default memory granularity of ``gputopo.io/vgpu-memory`` devices, MiB per device.
 DEFAULT_VGPU_MEMORY_UNIT_MIB = 256
@@ -31,33 +35,6 @@ DEFAULT_METRICS_PORT = 9445
 DEFAULT_HEALTH_RECOVERY_S = 300.0
 #: Default period of the health probe (one NVML query per GPU), seconds.
 DEFAULT_HEALTH_PROBE_INTERVAL_S = 5.0
-
-
-class SettingsError(ValueError):
-    """Settings are invalid or the config file cannot be read; the message is one line."""
-
-
-_CONFIG_DATA: ContextVar[dict[str, Any]] = ContextVar("gputopo_dp_config")
-
-
-class _ConfigFileSource(PydanticBaseSettingsSource):
-    """Values from the config file loaded by :func:`load_settings` (lowest precedence but
-    the defaults)."""
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        data = _CONFIG_DATA.get({})
-        return data.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for name, value in _CONFIG_DATA.get({}).items():
-            if value is None:
-                continue
-            alias = self.settings_cls.model_fields[name].validation_alias
-            # Key the value as the other sources do (the first alias), so precedence holds.
-            key = alias.choices[0] if isinstance(alias, AliasChoices) else name
-            out[str(key)] = value
-        return out
 
 
 class DevicePluginSettings(BaseSettings):
@@ -184,7 +161,7 @@ class DevicePluginSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, _ConfigFileSource(settings_cls))
+        return (init_settings, env_settings, ConfigFileSource(settings_cls))
 
     @field_validator("node_name")
     @classmethod
@@ -264,34 +241,13 @@ def _one_of(v: str | None, allowed: tuple[str, ...]) -> str | None:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML or JSON config file into field names (dashes become underscores).
+    """Read a YAML or JSON config file into field names (:func:`read_settings_file`: dashes
+    become underscores, a flag's leading dashes are dropped).
 
     Raises:
         SettingsError: unreadable, not a mapping, or an unknown key (named).
     """
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    try:
-        raw = yaml.safe_load(text) if text.strip() else {}
-    except yaml.YAMLError as exc:
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError:
-            raise SettingsError(f"config file {path} is not YAML or JSON: {exc}") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise SettingsError(f"config file {path} must hold a mapping of settings")
-    data: dict[str, Any] = {}
-    known = set(DevicePluginSettings.model_fields)
-    for key, value in raw.items():
-        name = str(key).strip().lstrip("-").replace("-", "_")
-        if name not in known:
-            raise SettingsError(f"config file {path}: unknown setting {key!r}")
-        data[name] = value
-    return data
+    return read_settings_file(path, DevicePluginSettings.model_fields)
 
 
 def _one_line(exc: ValidationError) -> str:
@@ -319,10 +275,8 @@ def load_settings(
     if path is None and os.environ.get("GPUTOPO_DP_CONFIG"):
         path = Path(os.environ["GPUTOPO_DP_CONFIG"])
     data = read_config_file(path) if path is not None else {}
-    token = _CONFIG_DATA.set(data)
-    try:
-        return DevicePluginSettings(**given)
-    except ValidationError as exc:
-        raise SettingsError(_one_line(exc)) from None
-    finally:
-        _CONFIG_DATA.reset(token)
+    with config_file_data(data):
+        try:
+            return DevicePluginSettings(**given)
+        except ValidationError as exc:
+            raise SettingsError(_one_line(exc)) from None

@@ -16,18 +16,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from topology.planning.andreas import DEFAULT_INTERVAL_S, DEFAULT_MAX_ITERATIONS, DEFAULT_RHO
 from topology.planning.energy import DEFAULT_EUR_PER_KWH, DEFAULT_PUE
+from topology.settings_file import (
+    ConfigFileSource,
+    SettingsError,
+    config_file_data,
+    read_settings_file,
+    validation_message,
+)
 
 ENV_PREFIX = "GPUTOPO_PLANNER_"
 
 
-class SettingsError(ValueError):
-    """Settings are invalid; ``str(exc)`` is one line naming the setting."""
+__all__ = ["PlannerSettings", "SettingsError", "load_settings", "read_config_file"]
 
 
 class PlannerSettings(BaseSettings):
@@ -101,6 +106,17 @@ class PlannerSettings(BaseSettings):
             raise ValueError(f"{v!r} is not namespace/name")
         return v
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, ConfigFileSource(settings_cls))
+
     @model_validator(mode="after")
     def _consistent(self) -> PlannerSettings:
         for f in (self.kubeconfig, self.profiles_file):
@@ -114,29 +130,12 @@ class PlannerSettings(BaseSettings):
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML config file into setting names → values.
+    """Read a YAML config file into setting names → values (:func:`read_settings_file`).
 
     Raises:
         SettingsError: missing file, invalid YAML, not a mapping, or unknown keys.
     """
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SettingsError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise SettingsError(f"config file {str(path)!r} is not valid YAML: "
-                            f"{' '.join(str(exc).split())}") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise SettingsError(f"config file {str(path)!r} must be a mapping of settings")
-    data = {str(k).replace("-", "_"): v for k, v in raw.items()}
-    unknown = sorted(set(data) - set(PlannerSettings.model_fields))
-    if unknown:
-        known = ", ".join(PlannerSettings.model_fields)
-        raise SettingsError(f"config file {str(path)!r}: unknown setting(s) "
-                            f"{', '.join(unknown)}; known: {known}")
-    return data
+    return read_settings_file(path, PlannerSettings.model_fields)
 
 
 def load_settings(cli: Mapping[str, Any] | None = None,
@@ -146,18 +145,10 @@ def load_settings(cli: Mapping[str, Any] | None = None,
     Raises:
         SettingsError: any invalid value (one line, naming the setting).
     """
-    import os
-
     overrides = {k: v for k, v in (cli or {}).items() if v is not None}
     data = read_config_file(config_file) if config_file is not None else {}
-    env = {k.removeprefix(ENV_PREFIX).lower() for k in os.environ if k.startswith(ENV_PREFIX)}
-    merged = {k: v for k, v in data.items() if k not in env}  # env beats the file
-    merged.update(overrides)
-    try:
-        return PlannerSettings(**merged)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        prefix = f"setting {where}: " if where else ""
-        raise SettingsError(" ".join(f"{prefix}{msg}".split())) from None
+    with config_file_data(data):
+        try:
+            return PlannerSettings(**overrides)
+        except ValidationError as exc:
+            raise SettingsError(validation_message(exc)) from None

@@ -17,30 +17,26 @@ Config file example (keys are the field names; dashes are accepted for underscor
 from __future__ import annotations
 
 from collections.abc import Mapping
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    InitSettingsSource,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-)
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from scheduler_extender.state import NodesSpecError, parse_nodes_spec
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
+from topology.settings_file import (
+    ConfigFileSource,
+    SettingsError,
+    config_file_data,
+    read_settings_file,
+    validation_message,
+)
 
 ENV_PREFIX = "GPUTOPO_EXTENDER_"
 
-_file_data: ContextVar[dict[str, Any] | None] = ContextVar("_file_data", default=None)
-
-
-class SettingsError(ValueError):
-    """Settings are invalid; ``str(exc)`` is one line naming the setting."""
+__all__ = ["ExtenderSettings", "SettingsError", "load_settings", "read_config_file"]
 
 
 class ExtenderSettings(BaseSettings):
@@ -196,37 +192,16 @@ class ExtenderSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        data = _file_data.get()
-        if data:
-            return (init_settings, env_settings, InitSettingsSource(settings_cls, data))
-        return (init_settings, env_settings)
+        return (init_settings, env_settings, ConfigFileSource(settings_cls))
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Read a YAML config file into setting names → values.
+    """Read a YAML config file into setting names → values (:func:`read_settings_file`).
 
     Raises:
         SettingsError: missing file, invalid YAML, not a mapping, or unknown keys.
     """
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise SettingsError(f"cannot read config file {str(path)!r}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        first = " ".join(str(exc).split())
-        raise SettingsError(f"config file {str(path)!r} is not valid YAML: {first}") from None
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise SettingsError(f"config file {str(path)!r} must be a mapping of settings")
-    data = {str(k).replace("-", "_"): v for k, v in raw.items()}
-    unknown = sorted(set(data) - set(ExtenderSettings.model_fields))
-    if unknown:
-        known = ", ".join(ExtenderSettings.model_fields)
-        raise SettingsError(
-            f"config file {str(path)!r}: unknown setting(s) {', '.join(unknown)}; known: {known}"
-        )
-    return data
+    return read_settings_file(path, ExtenderSettings.model_fields)
 
 
 def load_settings(
@@ -239,14 +214,8 @@ def load_settings(
     """
     overrides = {k: v for k, v in (cli or {}).items() if v is not None}
     data = read_config_file(config_file) if config_file is not None else {}
-    token = _file_data.set(data)
-    try:
-        return ExtenderSettings(**overrides)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        prefix = f"setting {where}: " if where else ""
-        raise SettingsError(" ".join(f"{prefix}{msg}".split())) from None
-    finally:
-        _file_data.reset(token)
+    with config_file_data(data):
+        try:
+            return ExtenderSettings(**overrides)
+        except ValidationError as exc:
+            raise SettingsError(validation_message(exc)) from None
