@@ -3,21 +3,25 @@
 time per rescheduling point.
 
 For each scenario and N it runs ``gputopo simulate --workload andreas-s<case> --nodes N
---policies fifo,edf,ps,andreas,andreas-stable --seed S`` for a few seeds (N = 10: seeds 1-5,
-N = 50: 1-2, N = 100: 1; the paper reports averages over instances), keeps the outputs of the
-first seed under ``benchmarks/results/sim/andreas-s<case>-n<N>/`` and writes every figure to
+--policies fifo,edf,ps,andreas,andreas-stable --seed S`` for a few seeds (N = 10: seeds 1-3,
+N = 50 and 100: seed 1; the paper reports averages over instances), several simulations at a
+time in separate processes (``--workers``), keeps the outputs of the first seed below N = 100
+under ``benchmarks/results/sim/andreas-s<case>-n<N>/`` and writes every figure to
 ``benchmarks/results/planner.json``. The tables printed (and copied into REPORT.md by
 ``benchmarks/run_all.py``) give the mean total cost per policy, ``andreas``'s reduction
 against each, and the plan time per rescheduling point (p50 / p99 / max, ms) of ``andreas``.
 
-Run: ``.venv/bin/python -m benchmarks.bench_planner`` (full, about an hour on a shared
-2-core machine) or ``--quick`` (N = 4 and 10, one seed, 200 iterations).
+Run: ``.venv/bin/python -m benchmarks.bench_planner`` (full: its longest simulation, N = 100
+with ``andreas``, takes most of an hour on a shared 2-core machine) or ``--quick`` (N = 4 and 10,
+one seed, 200 iterations). Plan times are wall-clock in a process that shares the machine with
+the other simulations: an upper bound of what a planner alone would take.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,7 +31,9 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results"
 SIM = RESULTS / "sim"
 POLICIES = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
-FULL = {10: [1, 2, 3, 4, 5], 50: [1, 2], 100: [1]}
+FULL = {10: [1, 2, 3], 50: [1], 100: [1]}
+#: From this N up, each policy is its own unit of work (and no outputs are written).
+SPLIT_AT = 100
 QUICK = {4: [1], 10: [1]}
 #: ANDREAS Table III (EUR): the ARMIDA validation's measured and predicted energy cost.
 PAPER_ARMIDA = {"real_eur": 0.95111, "predicted_eur": 1.08438}
@@ -39,50 +45,89 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values, dtype=float), q)) if values else 0.0
 
 
-def run(quick: bool) -> dict[str, Any]:
+def _stats(res: list[Any]) -> dict[str, Any]:
+    """Late jobs, preemptions and plan-time quantiles (ms) per policy of one simulation."""
+    return {
+        "late_jobs": {r.policy: sum(1 for o in r.outcomes if o.tardiness_s > 0) for r in res},
+        "preemptions": {r.policy: sum(o.preemptions for o in r.outcomes) for r in res},
+        "plan_ms": {r.policy: {"p50": _pct(r.plan_ms, 50), "p99": _pct(r.plan_ms, 99),
+                               "max": max(r.plan_ms, default=0.0), "points": len(r.plan_ms)}
+                    for r in res},
+    }
+
+
+def _unit(task: tuple[str, int | None, int, list[str], int, str | None]) -> dict[str, Any]:
+    """One simulation (run in a worker process): workload, N, seed, policies, MaxIt_RG and
+    the output directory (None: write nothing)."""
     from simulator.planning_run import simulate_planning
     from topology.planning.andreas import PlannerSettings
+
+    workload, n, seed, policies, iterations, dest = task
+    t0 = time.perf_counter()
+    res, summ = simulate_planning(
+        workload, policies, nodes=n, seed=seed, out=dest, make_plots=dest is not None,
+        settings=PlannerSettings(max_iterations=iterations, seed=seed))
+    print(f"== {workload} N={n} seed {seed} {','.join(policies)} "
+          f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    return {"summary": summ, **_stats(res)}
+
+
+def run(quick: bool, workers: int) -> dict[str, Any]:
+    """Every simulation of the benchmark, ``workers`` at a time (separate processes: each
+    simulation is single-threaded, and the results do not depend on how many run at once).
+
+    The first seed of each (scenario, N) writes its outputs under ``benchmarks/results/sim/``
+    (one directory per scenario, all policies); at N = 100 each policy runs as its own unit
+    (the longest runs, split so that they overlap) and writes nothing.
+    """
+    from concurrent.futures import ProcessPoolExecutor
 
     sizes = QUICK if quick else FULL
     iterations = 200 if quick else 1000
     base = None if quick else SIM  # quick runs keep the committed full-size outputs
+
+    def dest(name: str) -> str | None:
+        return str(base / name) if base else None
+
+    tasks: list[tuple[str, int | None, int, list[str], int, str | None]] = [
+        ("andreas-armida", None, 1, POLICIES, iterations, dest("andreas-armida"))]
+    keys: list[tuple[int, int, int]] = [(0, 0, 0)]
+    for case in (1, 2):
+        for n, seeds in sizes.items():
+            for seed in seeds:
+                if n >= SPLIT_AT:
+                    for p in POLICIES:
+                        tasks.append((f"andreas-s{case}", n, seed, [p], iterations, None))
+                        keys.append((case, n, seed))
+                else:
+                    first = dest(f"andreas-s{case}-n{n}") if seed == seeds[0] else None
+                    tasks.append((f"andreas-s{case}", n, seed, POLICIES, iterations, first))
+                    keys.append((case, n, seed))
+    # longest first (N, then andreas before the baselines), so the pool ends together
+    order = sorted(range(len(tasks)), key=lambda k: (-(tasks[k][1] or 0),
+                                                     "andreas" not in tasks[k][3][0]))
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        done = dict(zip(order, pool.map(_unit, [tasks[k] for k in order]), strict=True))
     out: dict[str, Any] = {"iterations": iterations, "scenarios": [], "armida": {}}
-    t0 = time.perf_counter()
-    results, summary = simulate_planning(
-        "andreas-armida", POLICIES, seed=1, out=base / "andreas-armida" if base else None,
-        settings=PlannerSettings(max_iterations=iterations, seed=1))
-    ours = next(r for r in results if r.policy == "andreas")
+    arm = done[0]
     out["armida"] = {
-        "summary": summary, "paper": PAPER_ARMIDA,
-        "late_jobs": {r.policy: sum(1 for o in r.outcomes if o.tardiness_s > 0)
-                      for r in results},
-        "preemptions": {r.policy: sum(o.preemptions for o in r.outcomes) for r in results},
-        "andreas_energy_vs_paper_predicted": ours.energy_cost_eur / PAPER_ARMIDA["predicted_eur"],
+        "summary": arm["summary"], "paper": PAPER_ARMIDA, "late_jobs": arm["late_jobs"],
+        "preemptions": arm["preemptions"],
+        "andreas_energy_vs_paper_predicted":
+            arm["summary"]["andreas"]["energy_cost_eur"] / PAPER_ARMIDA["predicted_eur"],
     }
-    print(f"== andreas-armida ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
     for case in (1, 2):
         for n, seeds in sizes.items():
             runs = []
             for seed in seeds:
-                t0 = time.perf_counter()
-                dest = base / f"andreas-s{case}-n{n}" if base and seed == seeds[0] else None
-                res, summ = simulate_planning(
-                    f"andreas-s{case}", POLICIES, nodes=n, seed=seed, out=dest,
-                    make_plots=dest is not None,
-                    settings=PlannerSettings(max_iterations=iterations, seed=seed),
-                    progress=lambda line: print("   " + line, file=sys.stderr, flush=True))
-                runs.append({
-                    "seed": seed, "summary": summ,
-                    "late_jobs": {r.policy: sum(1 for o in r.outcomes if o.tardiness_s > 0)
-                                  for r in res},
-                    "preemptions": {r.policy: sum(o.preemptions for o in r.outcomes)
-                                    for r in res},
-                    "plan_ms": {r.policy: {"p50": _pct(r.plan_ms, 50), "p99": _pct(r.plan_ms, 99),
-                                           "max": max(r.plan_ms), "points": len(r.plan_ms)}
-                                for r in res},
-                })
-                print(f"== andreas-s{case} N={n} seed {seed} "
-                      f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+                merged: dict[str, Any] = {"seed": seed, "summary": {}, "late_jobs": {},
+                                          "preemptions": {}, "plan_ms": {}}
+                for k, key in enumerate(keys):
+                    if key == (case, n, seed):
+                        for field in ("summary", "late_jobs", "preemptions", "plan_ms"):
+                            merged[field].update(
+                                {p: v for p, v in done[k][field].items() if p in POLICIES})
+                runs.append(merged)
             out["scenarios"].append({"case": case, "nodes": n, "jobs": 10 * n, "runs": runs})
     return out
 
@@ -154,9 +199,13 @@ def tables(doc: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="N = 4 and 10, one seed")
+    ap.add_argument("--workers", type=int, default=max(2, (os.cpu_count() or 1) * 2),
+                    help="simulations run at once (default: 2 x CPUs)")
     args = ap.parse_args()
+    if args.workers < 1:
+        ap.error("--workers must be at least 1")
     SIM.mkdir(parents=True, exist_ok=True)
-    doc = run(args.quick)
+    doc = run(args.quick, args.workers)
     text = tables(doc)
     if not args.quick:  # a quick run only prints: the committed results stay full-size
         (RESULTS / "planner.json").write_text(json.dumps(doc, indent=1) + "\n")
