@@ -133,6 +133,14 @@ FAKE_VALUES: dict[str, Any] = {
     "metrics": {"serviceMonitor": {"enabled": False}},
 }
 
+#: The device plugin without the NVIDIA container runtime (privileged), reading its kubelet's
+#: config file, and the MPS control daemon: every host access the chart can ask for.
+PRIVILEGED_VALUES: dict[str, Any] = {
+    "devicePlugin": {"privileged": True,
+                     "kubelet": {"configFile": "/var/lib/kubelet/config.yaml"}},
+    "mps": {"enabled": True},
+}
+
 
 Obj = dict[str, Any]
 

@@ -8,6 +8,7 @@ toolchain, or the build failed).
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
 from tests.deploy.helpers import (
     COLOCATION_VALUES,
     FAKE_VALUES,
+    PRIVILEGED_VALUES,
     Obj,
     TlsMaterial,
     make_tls,
@@ -76,14 +78,19 @@ def _dry_run_all(dyn: DynamicClient, objs: list[Obj]) -> None:
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation"])
+@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation", "privileged"])
 def test_every_rendered_object_passes_server_side_dry_run(
     dyn: DynamicClient, tls_material: TlsMaterial, variant: str
 ) -> None:
+    """Every object, the admission policies included: the API server compiles their CEL (a
+    typo is a 422 here)."""
     values = {"default": {}, "tls": tls_values(tls_material), "fake": FAKE_VALUES,
-              "colocation": COLOCATION_VALUES}[variant]
+              "colocation": COLOCATION_VALUES, "privileged": PRIVILEGED_VALUES}[variant]
     objs = render_manifests(values)
     assert len(objs) >= 18
+    kinds = {o["kind"] for o in objs}
+    assert {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+            "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"} <= kinds
     _dry_run_all(dyn, objs)
 
 
@@ -117,7 +124,8 @@ def test_workload_pods_pass_admission(cp: ControlPlane, dyn: DynamicClient,
     Security Standard. The device plugin needs hostPath, i.e. a "privileged" namespace."""
     cp.create_default_serviceaccount(RESTRICTED_NS)
     cp.create_default_serviceaccount(NS)  # the MPS daemon runs as the namespace's default
-    for values in ({}, tls_values(tls_material), FAKE_VALUES, COLOCATION_VALUES):
+    for values in ({}, tls_values(tls_material), FAKE_VALUES, COLOCATION_VALUES,
+                   PRIVILEGED_VALUES):
         objs = render_manifests(values)
         for sa in [o for o in objs if o["kind"] == "ServiceAccount"]:
             try:
@@ -130,6 +138,29 @@ def test_workload_pods_pass_admission(cp: ControlPlane, dyn: DynamicClient,
             _create(dyn, _pod_from_template(w, NS, None), dry_run=True)
             if w["kind"] == "Deployment":
                 _create(dyn, _pod_from_template(w, RESTRICTED_NS, "default"), dry_run=True)
+
+
+def test_device_plugin_misses_baseline_only_by_its_host_paths(
+    cp: ControlPlane, dyn: DynamicClient
+) -> None:
+    """The real Pod Security admission names everything the device plugin does beyond the
+    "baseline" standard: the kubelet's directories (hostPath) and nothing else: no host
+    namespaces, no capabilities, no privilege (unless devicePlugin.privileged)."""
+    ns = "psa-baseline"
+    cp.core_v1().create_namespace(k8s_client.V1Namespace(metadata=k8s_client.V1ObjectMeta(
+        name=ns, labels={"pod-security.kubernetes.io/enforce": "baseline",
+                         "pod-security.kubernetes.io/enforce-version": "latest"})))
+    cp.create_default_serviceaccount(ns)
+    for values, extra in (({}, ""), (PRIVILEGED_VALUES, "privileged")):
+        ds = next(o for o in render_manifests(values) if o["kind"] == "DaemonSet"
+                  and o["metadata"]["name"] == "gputopo-device-plugin")
+        with pytest.raises(ApiException) as info:
+            _create(dyn, _pod_from_template(ds, ns, "default"), dry_run=True)
+        assert info.value.status == 403
+        message = json.loads(info.value.body)["message"]
+        violations = message.split('violates PodSecurity "baseline:latest": ')[1]
+        found = sorted(v.split(" (")[0] for v in violations.split("), ") if v)
+        assert found == sorted(["hostPath volumes", *([extra] if extra else [])]), message
 
 
 def test_example_pods_pass_server_side_dry_run(cp: ControlPlane, dyn: DynamicClient) -> None:
@@ -215,13 +246,15 @@ def test_extender_rbac(cp: ControlPlane, installed: None) -> None:
 def test_device_plugin_rbac(cp: ControlPlane, installed: None) -> None:
     _check_all(
         cp, "gputopo-device-plugin",
+        # its calls only (the admission policy then confines the patches to its node)
         allowed=[
-            ("get", "nodes", {"name": "gpu-node-1"}), ("patch", "nodes", {"name": "gpu-node-1"}),
-            ("list", "pods", {}), ("watch", "pods", {}),
-            ("get", "pods", {"namespace": "team-a"}),
+            ("patch", "nodes", {"name": "gpu-node-1"}),
+            ("list", "pods", {}),
             ("patch", "pods", {"namespace": "team-a"}),
         ],
         denied=[
+            ("get", "nodes", {"name": "gpu-node-1"}), ("watch", "pods", {}),
+            ("get", "pods", {"namespace": "team-a"}),
             ("list", "nodes", {}), ("delete", "nodes", {}), ("update", "nodes", {}),
             ("patch", "nodes", {"subresource": "status"}),
             ("create", "pods", {"namespace": "team-a", "subresource": "binding"}),

@@ -33,6 +33,7 @@ from tests.deploy.helpers import (
     CUSTOM_TOPOLOGY,
     EXTENDER_DNS,
     FAKE_VALUES,
+    PRIVILEGED_VALUES,
     Obj,
     TlsMaterial,
     find,
@@ -93,7 +94,9 @@ def test_helm_lint_strict(helm_available: None, tls: TlsMaterial, variant: str,
 def test_every_variant_renders_namespaced_labelled_objects(
     variants: dict[str, list[Obj]],
 ) -> None:
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy",
+                      "ValidatingAdmissionPolicyBinding", "MutatingAdmissionPolicy",
+                      "MutatingAdmissionPolicyBinding"}
     for name, objs in variants.items():
         assert objs, name
         for o in objs:
@@ -136,6 +139,10 @@ def test_default_objects(variants: dict[str, list[Obj]]) -> None:
         ("ConfigMap", "gputopo-planner"),
         ("ConfigMap", "gputopo-planner-profiles"),
         ("Deployment", "gputopo-planner"),
+        ("ValidatingAdmissionPolicy", "gputopo-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicyBinding", "gputopo-device-plugin-node-restriction"),
+        ("MutatingAdmissionPolicy", "gputopo-route-gpu-pods"),
+        ("MutatingAdmissionPolicyBinding", "gputopo-route-gpu-pods"),
     ])
 
 
@@ -290,10 +297,19 @@ def test_extender_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> Non
 
 
 def test_device_plugin_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
+    # exactly its calls: patch_node (publish.py), one field-selected LIST of the pods on its
+    # node and patch_namespaced_pod (pods.py); the admission policy confines the patches
     assert rules(variants["default"], "gputopo-device-plugin") == [
-        (("",), ("nodes",), ("get", "patch")),
-        (("",), ("pods",), ("get", "list", "patch", "watch")),
+        (("",), ("nodes",), ("patch",)),
+        (("",), ("pods",), ("list", "patch")),
     ]
+    calls = set()
+    for path in (REPO / "device_plugin").glob("*.py"):
+        calls |= set(re.findall(r"\bapi\.(\w+)\(", path.read_text()))
+    assert calls == {"patch_node", "list_pod_for_all_namespaces", "patch_namespaced_pod",
+                     # profiling (the measured-profiles Role): read, patch, create one ConfigMap
+                     "read_namespaced_config_map", "patch_namespaced_config_map",
+                     "create_namespaced_config_map"}
 
 
 def test_planner_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
@@ -651,6 +667,78 @@ def test_render_deploy_script_check_mode(helm_available: None) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "up to date" in proc.stdout
+
+
+# ------------------------------------------------------------------ least privilege
+
+
+def _effective(pod: Obj, c: Obj, key: str) -> object:
+    """A container's security setting: its own, else the pod's (where the pod has one)."""
+    own = (c.get("securityContext") or {}).get(key)
+    return own if own is not None else (pod.get("securityContext") or {}).get(key)
+
+
+#: Containers that may not run non-root, and why (docs/security.md):
+#: device-plugin: uid 0 without capabilities, to create its sockets in the kubelet's
+#: root-owned 0750 device-plugins/ directory and connect to pod-resources/kubelet.sock;
+#: mps-control-daemon: privileged, to set the GPUs' compute mode (NVML as root).
+ROOT_CONTAINERS = {"device-plugin", "mps-control-daemon"}
+
+
+@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation", "privileged"])
+def test_every_container_runs_with_least_privilege(helm_available: None, tls: TlsMaterial,
+                                                   variant: str) -> None:
+    """Non-root, no capabilities, no privilege escalation, read-only root file system,
+    RuntimeDefault seccomp, no host namespaces or host paths: every container of every
+    workload, except the two root containers, each held to exactly what it needs."""
+    values = {"default": {}, "tls": tls_values(tls), "fake": FAKE_VALUES,
+              "colocation": COLOCATION_VALUES,
+              "privileged": PRIVILEGED_VALUES}[variant]
+    workloads = [o for o in render_manifests(values) if o["kind"] in ("Deployment", "DaemonSet")]
+    seen = set()
+    for w in workloads:
+        pod = w["spec"]["template"]["spec"]
+        names = {c["name"] for c in pod["containers"] + pod.get("initContainers", [])}
+        seen |= names
+        hostpaths = {v["name"]: v["hostPath"]["path"] for v in pod.get("volumes", [])
+                     if "hostPath" in v}
+        for c in pod["containers"] + pod.get("initContainers", []):
+            where = f"{w['metadata']['name']}/{c['name']}"
+            sc = c.get("securityContext") or {}
+            if c["name"] == "mps-control-daemon":
+                assert sc == {"privileged": True}, where
+                assert pod["automountServiceAccountToken"] is False, where  # no API access
+                continue
+            assert sc["readOnlyRootFilesystem"] is True, where
+            assert _effective(pod, c, "seccompProfile") == {"type": "RuntimeDefault"}, where
+            if c["name"] == "device-plugin":
+                # root even when privileged: the image's user (65532) has no capabilities
+                assert _effective(pod, c, "runAsUser") == 0, where
+                mounts = {m["name"]: m.get("readOnly", False) for m in c["volumeMounts"]
+                          if m["name"] in hostpaths}
+                # write: only the kubelet's device-plugins/ (its sockets); the rest read-only
+                assert {n for n, ro in mounts.items() if not ro} == {"device-plugins"}, where
+                expected = {"device-plugins": "/var/lib/kubelet/device-plugins",
+                            "pod-resources": "/var/lib/kubelet/pod-resources"}
+                if variant == "privileged":
+                    expected["kubelet-config"] = "/var/lib/kubelet/config.yaml"
+                assert hostpaths == expected, where
+                if variant == "privileged":
+                    assert sc["privileged"] is True, where  # devicePlugin.privileged
+                    continue
+            else:
+                assert _effective(pod, c, "runAsNonRoot") is True, where
+                assert _effective(pod, c, "runAsUser") not in (None, 0), where
+            assert sc["allowPrivilegeEscalation"] is False, where
+            assert sc["capabilities"] == {"drop": ["ALL"]}, where
+            assert not sc.get("privileged"), where
+        if not names & ROOT_CONTAINERS:
+            assert not hostpaths, w["metadata"]["name"]
+        for host in ("hostNetwork", "hostIPC"):
+            assert not pod.get(host), w["metadata"]["name"]
+        if "mps-control-daemon" not in names:
+            assert not pod.get("hostPID"), w["metadata"]["name"]
+    assert {"device-plugin", "kube-scheduler", "extender"} <= seen
 
 
 # ------------------------------------------------------------------ co-location

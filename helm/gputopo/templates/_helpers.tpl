@@ -336,11 +336,15 @@ spec:
           resources:
             {{- toYaml $dp.resources | nindent 12 }}
           securityContext:
+            # uid 0 (the image's default user is 65532) but no capability: the kubelet's
+            # device-plugins/ and pod-resources/ are root-owned 0750 and its sockets root-only
+            # writable, so only their owner can create the plugin's sockets and connect to
+            # kubelet.sock; as the owner it needs no CAP_DAC_OVERRIDE (docs/security.md).
+            runAsUser: 0
+            runAsGroup: 0
             {{- if $dp.privileged }}
             privileged: true
             {{- else }}
-            # root only to create sockets in the kubelet's root-owned device-plugins directory.
-            runAsUser: 0
             allowPrivilegeEscalation: false
             capabilities:
               drop: [ALL]

@@ -1,0 +1,357 @@
+"""The chart's admission policies, enforced by the real kube-apiserver (docs/security.md).
+
+* ``gputopo-device-plugin-node-restriction`` (ValidatingAdmissionPolicy): with a token bound to
+  the device-plugin pod of node A — what the kubelet projects into that pod — the plugin's own
+  code (:class:`~device_plugin.publish.KubeNodePublisher`,
+  :class:`~device_plugin.pods.KubePodSource`) may patch node A and the pods bound to A, and is
+  refused node B, pods on B and unbound pods with the policy's message; a token naming no node
+  may patch nothing; other users are not affected.
+* ``gputopo-route-gpu-pods`` (MutatingAdmissionPolicy): pods asking for gputopo-managed
+  resources without choosing a scheduler are created with ``gputopo-scheduler``; CPU-only pods
+  and pods naming another scheduler are left alone.
+
+The whole default chart is installed (its RBAC grants the plugin patch on every node and pod,
+so any refusal seen here is the policy's). Skipped only when the control-plane binaries or
+helm cannot be had.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from device_plugin.plugin import core_api
+from device_plugin.pods import KubePodSource, PodSourceError
+from device_plugin.publish import KubeNodePublisher, NodeMetadata, PublishError
+from localcluster import Binaries, ControlPlane
+from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
+from localcluster.controlplane import SERVICE_ACCOUNT_ISSUER, wait_until
+from tests.deploy.helpers import find, install_chart
+from topology.contract import (
+    RESOURCE_GPU,
+    RESOURCE_GPU_SHARED,
+    RESOURCE_VGPU_CORE,
+    RESOURCE_VGPU_MEMORY,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
+
+NS = DEFAULT_NAMESPACE
+PLUGIN_SA = "gputopo-device-plugin"
+NODE_A, NODE_B = "gpu-node-a", "gpu-node-b"
+WORK_NS = "team-a"
+NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
+POLICY = "gputopo-device-plugin-node-restriction"
+ROUTE_POLICY = "gputopo-route-gpu-pods"
+SCHEDULER = "gputopo-scheduler"
+
+
+def _pod(name: str, namespace: str, *, node: str = "", sa: str = "",
+         limits: dict[str, str] | None = None, init_limits: dict[str, str] | None = None,
+         requests: dict[str, str] | None = None, scheduler: str | None = None) -> Any:
+    spec: dict[str, Any] = {
+        "containers": [{"name": "main", "image": "pause:3.10", "resources": {
+            k: v for k, v in (("limits", limits), ("requests", requests)) if v}}],
+    }
+    if init_limits:
+        spec["initContainers"] = [{"name": "init", "image": "pause:3.10",
+                                   "resources": {"limits": init_limits}}]
+    if node:
+        spec["nodeName"] = node
+    if sa:
+        spec["serviceAccountName"] = sa
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+@pytest.fixture(scope="module")
+def cp(binaries: Binaries) -> Iterator[ControlPlane]:
+    """The control plane with the default chart installed, nodes A and B, a device-plugin pod
+    on each, a workload pod on each and one unbound, in namespace ``team-a``."""
+    with ControlPlane(binaries) as plane:
+        install_chart(plane, {})
+        core = plane.core_v1()
+        core.create_namespace(k8s_client.V1Namespace(
+            metadata=k8s_client.V1ObjectMeta(name=WORK_NS)))
+        plane.create_default_serviceaccount(WORK_NS)
+        for node in (NODE_A, NODE_B):
+            plane.add_kwok_node(node, {"cpu": 8, "memory": "32Gi"})
+            core.create_namespaced_pod(NS, _pod(f"plugin-{node}", NS, node=node, sa=PLUGIN_SA))
+            core.create_namespaced_pod(WORK_NS, _pod(f"job-{node}", WORK_NS, node=node))
+        core.create_namespaced_pod(WORK_NS, _pod("job-unbound", WORK_NS))
+        yield plane
+
+
+def _token(cp: ControlPlane, bound_pod: str | None) -> str:
+    """A TokenRequest token of the plugin's ServiceAccount, bound to ``bound_pod`` (in the
+    release namespace) as the kubelet's projected token is, or unbound."""
+    core = cp.core_v1()
+    ref = None
+    if bound_pod is not None:
+        pod = core.read_namespaced_pod(bound_pod, NS)
+        ref = k8s_client.V1BoundObjectReference(api_version="v1", kind="Pod", name=bound_pod,
+                                                uid=pod.metadata.uid)
+    status = core.create_namespaced_service_account_token(
+        PLUGIN_SA, NS, k8s_client.AuthenticationV1TokenRequest(spec=k8s_client.V1TokenRequestSpec(
+            audiences=[SERVICE_ACCOUNT_ISSUER], expiration_seconds=3600,
+            bound_object_ref=ref))).status
+    assert status is not None and status.token
+    return str(status.token)
+
+
+def _kubeconfig(cp: ControlPlane, token: str, name: str) -> Path:
+    path = cp.workdir / f"{name}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server_url,
+                                               "certificate-authority": str(cp.ca_path)}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": name}}],
+        "current-context": "c",
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def _claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    data: dict[str, Any] = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    return data
+
+
+@pytest.fixture(scope="module")
+def plugin_a(cp: ControlPlane) -> Any:
+    """The device plugin's own ``CoreV1Api`` (``device_plugin.plugin.core_api``) with a token
+    bound to the plugin pod on node A."""
+    return core_api(_kubeconfig(cp, _token(cp, f"plugin-{NODE_A}"), "plugin-a"))
+
+
+@pytest.fixture(scope="module")
+def policy_active(cp: ControlPlane, plugin_a: Any) -> None:
+    """Wait until the API server enforces the policy (its informers see policy and binding a
+    moment after they are created): a patch of node B by plugin A is refused."""
+    def refused() -> bool:
+        try:
+            plugin_a.patch_node(NODE_B, {"metadata": {"annotations": {"probe": "1"}}})
+        except ApiException as exc:
+            return exc.status == 403 and POLICY in str(exc.body)
+        cp.core_v1().patch_node(NODE_B, {"metadata": {"annotations": {"probe": None}}})
+        return False
+
+    wait_until(refused, 60, "the node-restriction policy to be enforced", interval_s=0.5)
+
+
+def _meta(value: str) -> NodeMetadata:
+    return NodeMetadata(annotations={"gputopo.io/admission-test": value},
+                        labels={"gputopo.io/admission-test": value})
+
+
+def _annotation(obj: Any, key: str = "gputopo.io/admission-test") -> str | None:
+    return cast(str | None, (obj.metadata.annotations or {}).get(key))
+
+
+def test_the_bound_token_names_the_plugin_pods_node(cp: ControlPlane) -> None:
+    """What the policy relies on: a token bound to a pod on a node carries the node, and the
+    API server puts it in the request's user info (SelfSubjectReview)."""
+    token = _token(cp, f"plugin-{NODE_A}")
+    claims = _claims(token)["kubernetes.io"]
+    assert claims["node"]["name"] == NODE_A and claims["pod"]["name"] == f"plugin-{NODE_A}"
+    api = k8s_client.AuthenticationV1Api(
+        k8s_client.ApiClient(_load(_kubeconfig(cp, token, "review"))))
+    user = api.create_self_subject_review(k8s_client.V1SelfSubjectReview()).status.user_info
+    assert user.username == f"system:serviceaccount:{NS}:{PLUGIN_SA}"
+    assert user.extra[NODE_NAME_KEY] == [NODE_A]
+    unbound = _claims(_token(cp, None))["kubernetes.io"]
+    assert "node" not in unbound and "pod" not in unbound
+
+
+def _load(kubeconfig: Path) -> k8s_client.Configuration:
+    from kubernetes import config
+
+    cfg = k8s_client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    return cfg
+
+
+def test_plugin_publishes_its_own_node_only(cp: ControlPlane, plugin_a: Any,
+                                            policy_active: None) -> None:
+    publisher = KubeNodePublisher(plugin_a)
+    publisher.publish(NODE_A, _meta("a"))
+    node_a = cp.core_v1().read_node(NODE_A)
+    assert _annotation(node_a) == "a" and node_a.metadata.labels["gputopo.io/admission-test"] == "a"
+
+    with pytest.raises(PublishError, match=f"patching node {NODE_B}: HTTP 403"):
+        publisher.publish(NODE_B, _meta("b"))
+    assert _annotation(cp.core_v1().read_node(NODE_B)) is None
+    try:
+        plugin_a.patch_node(NODE_B, {"metadata": {"annotations": {"x": "y"}}})
+    except ApiException as exc:
+        body = json.loads(exc.body)
+        assert exc.status == 403 and body["reason"] == "Forbidden"
+        assert POLICY in body["message"]
+        assert f"device plugin on node {NODE_A} may not modify node {NODE_B}" in body["message"]
+    else:
+        pytest.fail("plugin A patched node B")
+
+
+def test_plugin_annotates_pods_on_its_node_only(cp: ControlPlane, plugin_a: Any,
+                                                policy_active: None) -> None:
+    source = KubePodSource(plugin_a)
+    # the one LIST the plugin makes, field-selected on its node
+    pods = {p.name: p for p in source.list_pods(NODE_A)}
+    assert set(pods) == {f"job-{NODE_A}", f"plugin-{NODE_A}"}
+    source.patch_annotations(pods[f"job-{NODE_A}"], {"gputopo.io/admission-test": "a"})
+    assert _annotation(cp.core_v1().read_namespaced_pod(f"job-{NODE_A}", WORK_NS)) == "a"
+
+    on_b = {p.name: p for p in source.list_pods(NODE_B)}[f"job-{NODE_B}"]
+    with pytest.raises(PodSourceError, match="HTTP 403"):
+        source.patch_annotations(on_b, {"gputopo.io/admission-test": "a"})
+    assert _annotation(cp.core_v1().read_namespaced_pod(f"job-{NODE_B}", WORK_NS)) is None
+
+    messages = {}
+    for name in (f"job-{NODE_B}", "job-unbound"):
+        with pytest.raises(ApiException) as info:
+            plugin_a.patch_namespaced_pod(name, WORK_NS,
+                                          {"metadata": {"annotations": {"x": "y"}}})
+        assert info.value.status == 403
+        messages[name] = json.loads(info.value.body)["message"]
+    assert (f"device plugin on node {NODE_A} may not modify pod {WORK_NS}/job-{NODE_B} on node "
+            f"{NODE_B}") in messages[f"job-{NODE_B}"]
+    assert (f"may not modify pod {WORK_NS}/job-unbound (not bound to a node)"
+            in messages["job-unbound"])
+
+
+def test_a_token_without_a_node_may_change_nothing(cp: ControlPlane, policy_active: None) -> None:
+    unbound = core_api(_kubeconfig(cp, _token(cp, None), "plugin-unbound"))
+    with pytest.raises(PublishError, match="HTTP 403"):
+        KubeNodePublisher(unbound).publish(NODE_A, _meta("x"))
+    with pytest.raises(ApiException) as info:
+        unbound.patch_namespaced_pod(f"job-{NODE_A}", WORK_NS,
+                                     {"metadata": {"annotations": {"x": "y"}}})
+    assert info.value.status == 403
+    assert "credentials carry no node name" in json.loads(info.value.body)["message"]
+    # reads are not admission's business: the plugin still lists (RBAC allows it)
+    assert KubePodSource(unbound).list_pods(NODE_A)
+
+
+def test_the_policy_binds_only_the_plugin(cp: ControlPlane, policy_active: None) -> None:
+    """Admin (and every other user) is not matched: the policy narrows the plugin, no one
+    else."""
+    core = cp.core_v1()
+    core.patch_node(NODE_B, {"metadata": {"annotations": {"gputopo.io/admission-test": "admin"}}})
+    core.patch_node(NODE_B, {"metadata": {"annotations": {"gputopo.io/admission-test": None}}})
+    core.patch_namespaced_pod("job-unbound", WORK_NS,
+                              {"metadata": {"annotations": {"by": "admin"}}})
+
+
+def test_plugin_on_node_b_is_confined_to_b(cp: ControlPlane, policy_active: None) -> None:
+    plugin_b = core_api(_kubeconfig(cp, _token(cp, f"plugin-{NODE_B}"), "plugin-b"))
+    KubeNodePublisher(plugin_b).publish(NODE_B, _meta("b"))
+    assert _annotation(cp.core_v1().read_node(NODE_B)) == "b"
+    with pytest.raises(PublishError, match="HTTP 403"):
+        KubeNodePublisher(plugin_b).publish(NODE_A, _meta("b"))
+    assert _annotation(cp.core_v1().read_node(NODE_A)) != "b"
+
+
+def test_rendered_policy_names_the_plugins_service_account(helm_available: None) -> None:
+    objs = render_manifests()
+    vap = find(objs, "ValidatingAdmissionPolicy", POLICY)
+    assert vap["spec"]["matchConditions"][0]["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NS}:{PLUGIN_SA}"')
+    binding = find(objs, "ValidatingAdmissionPolicyBinding", POLICY)
+    assert binding["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
+    other = render_manifests(release="gpu-team", namespace="team")
+    vap = find(other, "ValidatingAdmissionPolicy",
+               "gpu-team-gputopo-device-plugin-node-restriction")
+    assert "system:serviceaccount:team:gpu-team-gputopo-device-plugin" in (
+        vap["spec"]["matchConditions"][0]["expression"])
+    off = render_manifests({"admission": {"devicePluginNodeRestriction": {"enabled": False}}})
+    assert not [o for o in off if o["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
+# ------------------------------------------------------------------ GPU pods that miss the extender
+
+
+@pytest.fixture(scope="module")
+def route_active(cp: ControlPlane) -> None:
+    """Wait until the mutating policy acts (server-side dry-run creates of a GPU pod)."""
+    core = cp.core_v1()
+
+    def routed() -> bool:
+        pod = core.create_namespaced_pod(WORK_NS, _pod("probe", WORK_NS,
+                                                       limits={RESOURCE_GPU: "1"}),
+                                         dry_run="All")
+        return bool(pod.spec.scheduler_name == SCHEDULER)
+
+    wait_until(routed, 60, "the route-gpu-pods policy to act", interval_s=0.5)
+
+
+@pytest.mark.parametrize(("name", "pod_kw"), [
+    ("limits-gpu", {"limits": {RESOURCE_GPU: "2"}}),
+    ("default-named", {"limits": {RESOURCE_GPU: "1"}, "scheduler": "default-scheduler"}),
+    ("empty-named", {"limits": {RESOURCE_GPU: "1"}, "scheduler": ""}),
+    ("share", {"limits": {RESOURCE_VGPU_CORE: "30", RESOURCE_VGPU_MEMORY: "8"}}),
+    ("memory-only-request", {"requests": {RESOURCE_VGPU_MEMORY: "4", "cpu": "10m"},
+                             "limits": {RESOURCE_VGPU_MEMORY: "4"}}),
+    ("slot", {"limits": {RESOURCE_GPU_SHARED: "1"}}),
+    ("init-container", {"init_limits": {RESOURCE_GPU: "1"}, "limits": {"cpu": "1"}}),
+])
+def test_gpu_pods_without_a_scheduler_are_routed_to_gputopo(
+    cp: ControlPlane, route_active: None, name: str, pod_kw: dict[str, Any],
+) -> None:
+    core = cp.core_v1()
+    pod = core.create_namespaced_pod(WORK_NS, _pod(f"routed-{name}", WORK_NS, **pod_kw))
+    assert pod.spec.scheduler_name == SCHEDULER
+    # nothing else of the pod changed
+    assert pod.spec.containers[0].image == "pause:3.10"
+    core.delete_namespaced_pod(f"routed-{name}", WORK_NS, grace_period_seconds=0)
+
+
+@pytest.mark.parametrize(("name", "pod_kw", "expected"), [
+    ("cpu-only", {"limits": {"cpu": "1", "memory": "1Gi"}}, "default-scheduler"),
+    ("no-resources", {}, "default-scheduler"),
+    ("other-gpu-vendor", {"limits": {"amd.com/gpu": "1"}}, "default-scheduler"),
+    ("named-other", {"limits": {RESOURCE_GPU: "1"}, "scheduler": "volcano"}, "volcano"),
+    ("named-gputopo", {"limits": {RESOURCE_GPU: "1"}, "scheduler": SCHEDULER}, SCHEDULER),
+])
+def test_other_pods_are_left_alone(
+    cp: ControlPlane, route_active: None, name: str, pod_kw: dict[str, Any], expected: str,
+) -> None:
+    core = cp.core_v1()
+    pod = core.create_namespaced_pod(WORK_NS, _pod(f"alone-{name}", WORK_NS, **pod_kw))
+    assert pod.spec.scheduler_name == expected
+    core.delete_namespaced_pod(f"alone-{name}", WORK_NS, grace_period_seconds=0)
+
+
+def test_route_policy_rendering(helm_available: None) -> None:
+    objs = render_manifests()
+    map_ = find(objs, "MutatingAdmissionPolicy", ROUTE_POLICY)
+    assert map_["apiVersion"] == "admissionregistration.k8s.io/v1"
+    conditions = {c["name"]: c["expression"] for c in map_["spec"]["matchConditions"]}
+    for resource in (RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY,
+                     RESOURCE_GPU_SHARED):
+        assert f"'{resource}'" in conditions["asks-for-gputopo-resources"]
+    assert map_["spec"]["failurePolicy"] == "Fail"
+    assert find(objs, "MutatingAdmissionPolicyBinding", ROUTE_POLICY)["spec"] == {
+        "policyName": ROUTE_POLICY}
+    renamed = render_manifests({"scheduler": {"schedulerName": "gpu-sched"},
+                                "admission": {"routeGpuPods": {
+                                    "namespaceSelector": {"matchLabels": {"gpu": "yes"}}}}})
+    map_ = find(renamed, "MutatingAdmissionPolicy", ROUTE_POLICY)
+    assert '"gpu-sched"' in map_["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+    assert map_["spec"]["matchConstraints"]["namespaceSelector"] == {
+        "matchLabels": {"gpu": "yes"}}
+    for off in ({"admission": {"routeGpuPods": {"enabled": False}}},
+                {"scheduler": {"enabled": False}}):
+        objs = render_manifests(off)
+        assert not [o for o in objs if o["kind"].startswith("MutatingAdmissionPolicy")]
