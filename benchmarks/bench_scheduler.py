@@ -38,6 +38,12 @@ run and the median, and for gputopo the server-side latency per verb (count, mea
 from the extender's ``gputopo_extender_request_seconds`` histogram (scraped before and after
 each run; quantiles interpolated inside buckets as Prometheus' ``histogram_quantile`` does).
 
+Every run of gputopo and of the trivial extender also records the extender process's CPU
+(user + system, ``/proc/PID/stat``) per pod scheduled (``extender_cpu_ms_per_pod``): on a
+shared 2-core machine what an extender burns is taken from the API server and kube-scheduler,
+and unlike pods/s this figure barely moves with the machine's load. Where that CPU goes:
+:mod:`benchmarks.profile_extender`.
+
 The *binding floor* is what the API server alone takes for a Binding on this host at that
 moment: the size's pods, created for no scheduler, bound directly with the official client
 (one at a time, then 16 at a time), each Binding carrying as many annotations as gputopo's.
@@ -145,9 +151,9 @@ def serve_trivial_extender(port: int, kubeconfig: str) -> None:
 
 
 @contextmanager
-def trivial_extender(cp: ControlPlane) -> Iterator[str]:
+def trivial_extender(cp: ControlPlane) -> Iterator[tuple[str, int]]:
     """The trivial extender as a child process (this module, ``--serve-trivial``); yields its
-    URL, stops it by PID on exit."""
+    URL and PID, stops it by PID on exit."""
     port = free_port()
     proc = ManagedProcess(
         "trivial-extender",
@@ -168,7 +174,8 @@ def trivial_extender(cp: ControlPlane) -> Iterator[str]:
 
     try:
         wait_until(up, 30, "the trivial extender")
-        yield url
+        assert proc.pid is not None
+        yield url, proc.pid
     finally:
         proc.stop()
 
@@ -319,6 +326,24 @@ def measure(
             pods_per_s=round((len(pods) - 1) / max(last - first, 1e-9), 1),
         )
     return out
+
+
+# ---------------------------------------------------------------------------- CPU per pod
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """``(user, system)`` CPU seconds of process ``pid`` so far, all threads (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks  # utime, stime
+
+
+def cpu_per_pod(before: tuple[float, float], after: tuple[float, float],
+                pods: int) -> dict[str, float]:
+    """The extender's CPU between two :func:`cpu_seconds` readings per pod scheduled, ms:
+    ``user``, ``system`` and ``total``. Unlike pods/s this barely depends on what else the
+    shared machine runs, so it compares runs taken at different times."""
+    user, system = after[0] - before[0], after[1] - before[1]
+    return {"user": round(1000 * user / pods, 2), "system": round(1000 * system / pods, 2),
+            "total": round(1000 * (user + system) / pods, 2)}
 
 
 # ---------------------------------------------------------------------------- extender metrics
@@ -542,7 +567,8 @@ def binding_floor(gc: GpuCluster, size: Size, concurrency: int) -> dict[str, Any
 def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[str, Any]:
     """Every scenario on one fresh control plane of ``size``; see the module docstring."""
     t_start = time.monotonic()
-    with ControlPlane() as cp, GpuCluster(cp) as gc, trivial_extender(cp) as trivial_url:
+    with ControlPlane() as cp, GpuCluster(cp) as gc, trivial_extender(cp) as (
+            trivial_url, trivial_pid):
         gc.start([(f"gpu-{i:03d}", MACHINE) for i in range(size.nodes)], scheduler=False)
         configs = {"gputopo": scheduler_config(gc.extender.url),
                    "trivial-extender": scheduler_config(trivial_url)}
@@ -566,8 +592,13 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[st
                     if mode == "stream" and gc.scheduler_config != configs[config]:
                         gc.start_scheduler(configs[config])
                     before = extender_histograms(gc.extender.url)
+                    pid = {"gputopo": gc.extender.pid, "trivial-extender": trivial_pid}.get(name)
+                    cpu0 = cpu_seconds(pid) if pid is not None else None
                     result = measure(gc, make(size), f"{name}-{mode}-{rep}", timeout_s,
                                      configs[config] if mode == "backlog" else None)
+                    if pid is not None and cpu0 is not None:
+                        result["extender_cpu_ms_per_pod"] = cpu_per_pod(
+                            cpu0, cpu_seconds(pid), size.pods)
                     if name == "gputopo":
                         delta = histogram_delta(before, extender_histograms(gc.extender.url))
                         deltas[mode].append(delta)
@@ -575,7 +606,10 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[st
                     runs[name][mode].append(result)
                     print(f"  {size.label} {name:17s} {mode:8s} run {rep + 1}: "
                           f"{result['pods_per_s']:6.1f} pods/s ({result['seconds']:.2f} s; "
-                          f"creates {result['create_seconds']:.2f} s)", flush=True)
+                          f"creates {result['create_seconds']:.2f} s"
+                          + (f"; extender CPU {result['extender_cpu_ms_per_pod']['total']:.2f}"
+                             " ms/pod" if "extender_cpu_ms_per_pod" in result else "")
+                          + ")", flush=True)
                     reset(gc, check_extender=True)
         floor = []
         for concurrency in (1, 16):
@@ -606,6 +640,9 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[st
         name: {
             mode: {
                 "pods_per_s_median": statistics.median(r["pods_per_s"] for r in rs),
+                **({"extender_cpu_ms_per_pod_median": statistics.median(
+                    r["extender_cpu_ms_per_pod"]["total"] for r in rs)}
+                   if rs and "extender_cpu_ms_per_pod" in rs[0] else {}),
                 "runs": rs,
             }
             for mode, rs in by_mode.items()
@@ -663,32 +700,36 @@ def table(doc: Mapping[str, Any]) -> str:
     nan = float("nan")
     lines = [
         "| cluster | mode | no extender | trivial extender | gputopo | gputopo / trivial "
-        "| gputopo bind p50 / p99 (server) | of which the Binding call p50 / p99 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| gputopo bind p50 / p99 (server) | of which the Binding call p50 / p99 "
+        "| extender CPU per pod, trivial / gputopo |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for label, res in doc["sizes"].items():
         sc = res["scenarios"]
         for mode in ("stream", "backlog"):
             verbs = res["extender_server_side"].get(mode, {})
             bind, api = verbs.get("bind", {}), verbs.get("bind-api", {})
+            cpu = [sc[n][mode].get("extender_cpu_ms_per_pod_median", nan)
+                   for n in ("trivial-extender", "gputopo")]
             lines.append(
                 f"| {label} | {mode} | {sc['no-extender'][mode]['pods_per_s_median']:.1f} "
                 f"| {sc['trivial-extender'][mode]['pods_per_s_median']:.1f} "
                 f"| {sc['gputopo'][mode]['pods_per_s_median']:.1f} "
                 f"| {res['gputopo_over_trivial'][mode]:.2f} "
                 f"| {bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms "
-                f"| {api.get('p50_ms', nan):.1f} / {api.get('p99_ms', nan):.1f} ms |"
+                f"| {api.get('p50_ms', nan):.1f} / {api.get('p99_ms', nan):.1f} ms "
+                f"| {cpu[0]:.2f} / {cpu[1]:.2f} ms |"
             )
         for fl in res.get("binding_floor", []):
             lines.append(
                 f"| {label} | floor | | | | | a bare Binding, {fl['concurrency']} at a time: "
-                f"{fl['p50_ms']:.1f} / {fl['p99_ms']:.1f} ms ({fl['bindings_per_s']:.0f}/s) | |"
+                f"{fl['p50_ms']:.1f} / {fl['p99_ms']:.1f} ms ({fl['bindings_per_s']:.0f}/s) | | |"
             )
         for name, probe in res.get("client_observed_probe", {}).items():
             bind = probe["client"].get("bind", {})
             lines.append(
                 f"| {label} | probe | | | | | {name} bind client-observed "
-                f"{bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms | |"
+                f"{bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms | | |"
             )
     return "\n".join(lines)
 

@@ -19,10 +19,11 @@ restarted from a fresh list.
 
 The API surface used is the small :class:`KubeAPI` protocol; :class:`OfficialKubeAPI`
 implements it with the official ``kubernetes`` client (raw JSON dicts, no model
-deserialisation — ``_preload_content=False`` everywhere, which also avoids the client's known
-deserialisation bug on the Binding reply: the API answers a ``Status``, which the generated
-``create_namespaced_pod_binding`` would try to read as a ``V1Binding``; every raw reply is read
-to its end so its keep-alive connection goes back to the pool). Its connection pool is sized
+deserialisation — ``_preload_content=False`` everywhere; every raw reply is read to its end so
+its keep-alive connection goes back to the pool). The Binding, the one call on the hot path,
+goes through the client's request layer with a plain dict body (no argument validation, no
+model), and its reply — a ``Status``, which the generated ``create_namespaced_pod_binding``
+would try to read as a ``V1Binding`` — is only drained. Its connection pool is sized
 for the binds in flight (``bind_connections``) plus the two watches and a list or get. Tests
 pass a fake.
 """
@@ -617,18 +618,37 @@ class OfficialKubeAPI:
     def create_binding(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:
-        from kubernetes import client
+        """POST the Binding as a plain JSON dict through the client's own request path
+        (``ApiClient.param_serialize`` for the URL, headers and bearer-token auth, then
+        ``call_api`` on its urllib3 pool), not through ``create_namespaced_pod_binding``: the
+        generated method validates its arguments with pydantic's ``validate_call`` and builds
+        and re-serialises a ``V1Binding`` model, which cost more CPU per bind than the rest
+        of it (``benchmarks/profile_extender.py``). ``param_serialize`` and ``call_api`` are
+        the generated client's own request layer (kubernetes >= 37)."""
         from kubernetes.client.exceptions import ApiException
 
-        body = client.V1Binding(
-            metadata=client.V1ObjectMeta(
-                name=name, namespace=namespace, uid=uid or None,
-                annotations=dict(annotations) or None,
-            ),
-            target=client.V1ObjectReference(kind="Node", name=node, api_version="v1"),
-        )  # fmt: skip
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if uid:
+            meta["uid"] = uid
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        api = self.core.api_client
         try:
-            _drain(self.core.create_namespaced_pod_binding(
-                name, namespace, body, _preload_content=False))
+            request = api.param_serialize(
+                method="POST", resource_path="/api/v1/namespaces/{namespace}/pods/{name}/binding",
+                path_params={"namespace": namespace, "name": name},
+                header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                body=body, auth_settings=["BearerToken"],
+            )  # fmt: skip
+            resp = api.call_api(*request)
+            if not 200 <= resp.status <= 299:
+                try:
+                    resp.read()  # the Status, for the error's message
+                finally:
+                    resp.response.release_conn()
+                raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            _drain(resp.response)
         except ApiException as exc:
             raise _api_error(exc) from None

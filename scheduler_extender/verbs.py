@@ -16,6 +16,7 @@ serialise the reply.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from scheduler_extender.podspec import (
     pod_identity,
 )
 from scheduler_extender.preemption import Preemption, Victim, VictimSet
-from scheduler_extender.profiles import ProfileLayers
+from scheduler_extender.profiles import ColocationInputs, ProfileLayers
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs
 from scheduler_extender.state import ClusterState, PodRef
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
@@ -91,6 +92,8 @@ class Extender:
         self.memory_unit_mib = memory_unit_mib
         self.profiles = profiles or ProfileLayers()
         self.memo = RequestMemo()
+        self._parsed: dict[tuple[str, str], tuple[ColocationInputs, PodRequest | None]] = {}
+        self._parsed_lock = threading.Lock()
         self.decider = Decider(state, metrics, budget_ms, workers, memory_unit_mib)
         self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib,
                              profiles=self.profiles, colocation_policy=colocation_policy)
@@ -106,11 +109,29 @@ class Extender:
 
     # ------------------------------------------------------------------ parsing
     def _parse_pod(self, pod: Mapping[str, Any]) -> tuple[PodRef, PodRequest | None]:
+        """The pod's identity and request. A pod seen before with the same UID and
+        ``resourceVersion`` (prioritize after filter, a re-filter) is not parsed again: any
+        change to it bumps its ``resourceVersion``; the request is reused only if the
+        co-location profile layers are still the same objects.
+
+        Raises:
+            PodError: the pod is invalid (never cached).
+        """
         try:
             ns, name, uid = pod_identity(pod)
             ref = PodRef(ns, name, uid)
-            preq = parse_pod(pod, memory_unit_mib=self.memory_unit_mib,
-                             colocation=self.profiles.snapshot())
+            inputs = self.profiles.snapshot()
+            key = _version_key(pod, uid)
+            hit = self._parsed.get(key) if key is not None else None
+            if hit is not None and hit[0] == inputs:
+                preq = hit[1]
+            else:
+                preq = parse_pod(pod, memory_unit_mib=self.memory_unit_mib, colocation=inputs)
+                if key is not None:
+                    with self._parsed_lock:  # preempt parses in the thread pool
+                        self._parsed[key] = (inputs, preq)
+                        if len(self._parsed) > _PARSED_SIZE:
+                            self._parsed.pop(next(iter(self._parsed)), None)
         except PodSpecError as exc:
             raise PodError(f"pod {_pod_label(pod)}: {exc}") from None
         self.memo.remember(ref, preq)
@@ -246,6 +267,18 @@ class Extender:
 
 
 # ---------------------------------------------------------------------- wire helpers
+#: Pods whose parsed request is kept by (UID, resourceVersion): a filter's pod for its
+#: prioritize (oldest dropped first).
+_PARSED_SIZE = 4096
+
+
+def _version_key(pod: Mapping[str, Any], uid: str) -> tuple[str, str] | None:
+    """``(uid, resourceVersion)`` of a pod dict, None when either is missing."""
+    meta = pod.get("metadata")
+    rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return (uid, rv) if uid and isinstance(rv, str) and rv else None
+
+
 def _pod_label(pod: Mapping[str, Any]) -> str:
     meta = pod.get("metadata")
     if isinstance(meta, Mapping):
