@@ -10,8 +10,28 @@ Entry points: :func:`simulator.run.simulate` (library), ``gputopo simulate`` (CL
 
 from __future__ import annotations
 
-__all__ = ["SimulationError"]
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SimulationError", "output_dir"]
 
 
 class SimulationError(ValueError):
     """Bad simulation input (workload, policy, topology) or an impossible run; one line."""
+
+
+def output_dir(out: str | Path, workload: dict[str, Any]) -> Path:
+    """Create the run's output directory and write ``workload.json`` (the workload as run, for
+    replay) into it.
+
+    Raises:
+        SimulationError: the directory cannot be created.
+    """
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SimulationError(f"cannot create output directory {out}: {exc.strerror}") from None
+    (path / "workload.json").write_text(json.dumps(workload, indent=1) + "\n")
+    return path

@@ -10,12 +10,11 @@ Usage from Python::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator import SimulationError
+from simulator import SimulationError, output_dir
 from simulator.planning_engine import POLICIES, PlanningResult, PlanningSimulation
 from simulator.planning_report import write_all
 from simulator.planning_workloads import PlanningWorkload, cluster_of, load_planning_workload
@@ -88,13 +87,7 @@ def simulate_planning(
                      f"rescheduling points in {res.wall_s:.1f} s")
     summary: dict[str, Any] = {}
     if out is not None:
-        path = Path(out)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SimulationError(f"cannot create output directory {out}: {exc.strerror}") \
-                from None
-        (path / "workload.json").write_text(json.dumps(wl.to_json(), indent=1) + "\n")
+        path = output_dir(out, wl.to_json())
         used = sims[0].cluster
         kinds: dict[str, int] = {}
         for n in used:

@@ -9,12 +9,11 @@ Usage from Python::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from simulator import SimulationError
+from simulator import SimulationError, output_dir
 from simulator.engine import RunResult, Simulation
 from simulator.report import write_all
 from simulator.runtime import JUDGES
@@ -133,13 +132,7 @@ def simulate(
             progress(f"{res.policy}: {len(res.records)} jobs in {res.wall_s:.1f} s")
     summary: dict[str, Any] = {}
     if out is not None:
-        path = Path(out)
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise SimulationError(f"cannot create output directory {out}: {exc.strerror}") \
-                from None
-        (path / "workload.json").write_text(json.dumps(wl.to_json(), indent=1) + "\n")
+        path = output_dir(out, wl.to_json())
         meta = {
             "topology": f"{topo.name} (class {topo.topology_class})",
             "nodes": n,
