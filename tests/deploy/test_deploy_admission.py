@@ -1,6 +1,7 @@
 """The chart's admission policies, enforced by the real kube-apiserver (docs/security.md).
 
-* ``gputopo-device-plugin-node-restriction`` (ValidatingAdmissionPolicy): with a token bound to
+* ``gputopo-device-plugin-own-nodes`` and ``-own-pods`` (ValidatingAdmissionPolicies): with a
+  token bound to
   the device-plugin pod of node A — what the kubelet projects into that pod — the plugin's own
   code (:class:`~device_plugin.publish.KubeNodePublisher`,
   :class:`~device_plugin.pods.KubePodSource`) may patch node A and the pods bound to A, and is
@@ -27,6 +28,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
 
 from device_plugin.plugin import core_api
 from device_plugin.pods import KubePodSource, PodSourceError
@@ -49,7 +51,8 @@ PLUGIN_SA = "gputopo-device-plugin"
 NODE_A, NODE_B = "gpu-node-a", "gpu-node-b"
 WORK_NS = "team-a"
 NODE_NAME_KEY = "authentication.kubernetes.io/node-name"
-POLICY = "gputopo-device-plugin-node-restriction"
+NODE_POLICY = "gputopo-device-plugin-own-nodes"
+POD_POLICY = "gputopo-device-plugin-own-pods"
 ROUTE_POLICY = "gputopo-route-gpu-pods"
 SCHEDULER = "gputopo-scheduler"
 
@@ -144,11 +147,11 @@ def policy_active(cp: ControlPlane, plugin_a: Any) -> None:
         try:
             plugin_a.patch_node(NODE_B, {"metadata": {"annotations": {"probe": "1"}}})
         except ApiException as exc:
-            return exc.status == 403 and POLICY in str(exc.body)
+            return exc.status == 403 and NODE_POLICY in str(exc.body)
         cp.core_v1().patch_node(NODE_B, {"metadata": {"annotations": {"probe": None}}})
         return False
 
-    wait_until(refused, 60, "the node-restriction policy to be enforced", interval_s=0.5)
+    wait_until(refused, 60, "the node policy to be enforced", interval_s=0.5)
 
 
 def _meta(value: str) -> NodeMetadata:
@@ -198,7 +201,7 @@ def test_plugin_publishes_its_own_node_only(cp: ControlPlane, plugin_a: Any,
     except ApiException as exc:
         body = json.loads(exc.body)
         assert exc.status == 403 and body["reason"] == "Forbidden"
-        assert POLICY in body["message"]
+        assert f"ValidatingAdmissionPolicy '{NODE_POLICY}'" in body["message"]
         assert f"device plugin on node {NODE_A} may not modify node {NODE_B}" in body["message"]
     else:
         pytest.fail("plugin A patched node B")
@@ -225,6 +228,7 @@ def test_plugin_annotates_pods_on_its_node_only(cp: ControlPlane, plugin_a: Any,
                                           {"metadata": {"annotations": {"x": "y"}}})
         assert info.value.status == 403
         messages[name] = json.loads(info.value.body)["message"]
+        assert f"ValidatingAdmissionPolicy '{POD_POLICY}'" in messages[name]
     assert (f"device plugin on node {NODE_A} may not modify pod {WORK_NS}/job-{NODE_B} on node "
             f"{NODE_B}") in messages[f"job-{NODE_B}"]
     assert (f"may not modify pod {WORK_NS}/job-unbound (not bound to a node)"
@@ -263,16 +267,35 @@ def test_plugin_on_node_b_is_confined_to_b(cp: ControlPlane, policy_active: None
     assert _annotation(cp.core_v1().read_node(NODE_A)) != "b"
 
 
-def test_rendered_policy_names_the_plugins_service_account(helm_available: None) -> None:
+def test_the_policies_type_check_against_nodes_and_pods(cp: ControlPlane) -> None:
+    """kube-controller-manager's status controller type-checks each policy's validations
+    against its kind's schema: no warning (a misspelt field would otherwise be found only when
+    a request fails; checked to catch ``oldObject.metadata.nam`` or ``spec.?nodeNam``)."""
+    cp.start_controller_manager(("validatingadmissionpolicy-status-controller",))
+    policies = DynamicClient(cp.api_client()).resources.get(
+        api_version="admissionregistration.k8s.io/v1", kind="ValidatingAdmissionPolicy")
+    for name in (NODE_POLICY, POD_POLICY):
+        def checked(name: str = name) -> Any:
+            status = policies.get(name=name).to_dict().get("status") or {}
+            return status if "typeChecking" in status else None
+
+        status = wait_until(checked, 60, f"{name}'s type checking")
+        assert status["typeChecking"].get("expressionWarnings") is None, status
+
+
+def test_rendered_policies_name_the_plugins_service_account(helm_available: None) -> None:
     objs = render_manifests()
-    vap = find(objs, "ValidatingAdmissionPolicy", POLICY)
-    assert vap["spec"]["matchConditions"][0]["expression"] == (
-        f'request.userInfo.username == "system:serviceaccount:{NS}:{PLUGIN_SA}"')
-    binding = find(objs, "ValidatingAdmissionPolicyBinding", POLICY)
-    assert binding["spec"] == {"policyName": POLICY, "validationActions": ["Deny"]}
+    for name, kind in ((NODE_POLICY, "nodes"), (POD_POLICY, "pods")):
+        vap = find(objs, "ValidatingAdmissionPolicy", name)
+        assert vap["spec"]["matchConditions"][0]["expression"] == (
+            f'request.userInfo.username == "system:serviceaccount:{NS}:{PLUGIN_SA}"')
+        assert vap["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == [
+            kind, f"{kind}/status"]
+        assert vap["spec"]["failurePolicy"] == "Fail"
+        binding = find(objs, "ValidatingAdmissionPolicyBinding", name)
+        assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
     other = render_manifests(release="gpu-team", namespace="team")
-    vap = find(other, "ValidatingAdmissionPolicy",
-               "gpu-team-gputopo-device-plugin-node-restriction")
+    vap = find(other, "ValidatingAdmissionPolicy", "gpu-team-gputopo-device-plugin-own-pods")
     assert "system:serviceaccount:team:gpu-team-gputopo-device-plugin" in (
         vap["spec"]["matchConditions"][0]["expression"])
     off = render_manifests({"admission": {"devicePluginNodeRestriction": {"enabled": False}}})

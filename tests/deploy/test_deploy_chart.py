@@ -139,8 +139,10 @@ def test_default_objects(variants: dict[str, list[Obj]]) -> None:
         ("ConfigMap", "gputopo-planner"),
         ("ConfigMap", "gputopo-planner-profiles"),
         ("Deployment", "gputopo-planner"),
-        ("ValidatingAdmissionPolicy", "gputopo-device-plugin-node-restriction"),
-        ("ValidatingAdmissionPolicyBinding", "gputopo-device-plugin-node-restriction"),
+        ("ValidatingAdmissionPolicy", "gputopo-device-plugin-own-nodes"),
+        ("ValidatingAdmissionPolicyBinding", "gputopo-device-plugin-own-nodes"),
+        ("ValidatingAdmissionPolicy", "gputopo-device-plugin-own-pods"),
+        ("ValidatingAdmissionPolicyBinding", "gputopo-device-plugin-own-pods"),
         ("MutatingAdmissionPolicy", "gputopo-route-gpu-pods"),
         ("MutatingAdmissionPolicyBinding", "gputopo-route-gpu-pods"),
     ])
