@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import base64
 import json
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -30,6 +32,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from device_plugin.identity import ANN_ALLOCATED, parse_record
 from device_plugin.plugin import core_api
 from device_plugin.pods import KubePodSource, PodSourceError
 from device_plugin.publish import KubeNodePublisher, NodeMetadata, PublishError
@@ -37,12 +40,17 @@ from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
 from localcluster.controlplane import SERVICE_ACCOUNT_ISSUER, wait_until
 from tests.deploy.helpers import find, install_chart
+from tests.device_plugin.helpers import bound_pod, decide
+from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
+from tests.device_plugin.test_plugin_process import gputopo_command
+from topology import catalog
 from topology.contract import (
     RESOURCE_GPU,
     RESOURCE_GPU_SHARED,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
 )
+from topology.policies.base import NodeState, Request
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1800)]
 
@@ -55,6 +63,7 @@ NODE_POLICY = "gputopo-device-plugin-own-nodes"
 POD_POLICY = "gputopo-device-plugin-own-pods"
 ROUTE_POLICY = "gputopo-route-gpu-pods"
 SCHEDULER = "gputopo-scheduler"
+TOPO = catalog.get("dgx1-v100")
 
 
 def _pod(name: str, namespace: str, *, node: str = "", sa: str = "",
@@ -265,6 +274,58 @@ def test_plugin_on_node_b_is_confined_to_b(cp: ControlPlane, policy_active: None
     with pytest.raises(PublishError, match="HTTP 403"):
         KubeNodePublisher(plugin_b).publish(NODE_A, _meta("b"))
     assert _annotation(cp.core_v1().read_node(NODE_A)) != "b"
+
+
+def test_the_real_plugin_process_works_under_the_charts_rbac_and_policies(
+    cp: ControlPlane, policy_active: None,
+) -> None:
+    """``gputopo device-plugin`` as the chart runs it on node A, minus the container: its
+    ServiceAccount's token bound to its pod on A (what the kubelet projects), so only the
+    chart's narrowed ClusterRole and the policies apply. It registers, publishes node A and
+    records the GPUs it hands a pod bound to A, with not one refused request."""
+    workdir = short_tmpdir()
+    kubelet = KubeletStub(workdir)
+    kubelet.start()
+    log = workdir / "plugin.log"
+    proc: subprocess.Popen[bytes] | None = None
+    kubeconfig = _kubeconfig(cp, _token(cp, f"plugin-{NODE_A}"), "plugin-process")
+    try:
+        decision = decide(TOPO, NodeState(), Request(count=2))
+        body = bound_pod("trainer", decision, node=NODE_A, namespace=WORK_NS)
+        for key in ("uid", "creationTimestamp"):
+            body["metadata"].pop(key)
+        cp.core_v1().create_namespaced_pod(WORK_NS, body)
+        proc = subprocess.Popen(
+            gputopo_command() + [
+                "device-plugin", "--fake-topology", "dgx1-v100", "--node-name", NODE_A,
+                "--device-plugin-dir", str(workdir), "--kubeconfig", str(kubeconfig),
+                "--pod-resources-socket", str(kubelet.pod_resources_socket),
+                "--metrics-port", "0", "--watch-interval", "0.2",
+            ],
+            stdout=log.open("wb"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        kubelet.wait_registered((RESOURCE_GPU,), timeout=60)
+        kubelet.watch(RESOURCE_GPU)
+        kubelet.wait_devices(RESOURCE_GPU, lambda ds: len(ds) == 8)
+        wait_until(lambda: "gputopo.io/topology" in (
+            cp.core_v1().read_node(NODE_A).metadata.annotations or {}), 60,
+            "node A's topology published")
+        got = kubelet.admit_pod(WORK_NS, "trainer", {RESOURCE_GPU: 2})[RESOURCE_GPU]
+        assert got.envs["CUDA_VISIBLE_DEVICES"] == ",".join(decision.uuids)
+        ann = cp.core_v1().read_namespaced_pod("trainer", WORK_NS).metadata.annotations
+        assert parse_record(ann[ANN_ALLOCATED]) == {RESOURCE_GPU: {"main": list(decision.uuids)}}
+        text = log.read_text()
+        assert "403" not in text and "forbidden" not in text.lower(), text[-3000:]
+    except BaseException:
+        print(log.read_text() if log.exists() else "(no plugin log)")
+        raise
+    finally:
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(20)
+        kubelet.stop()
+    assert proc is not None and proc.returncode == 0
+    remove_tree(workdir)
 
 
 def test_the_policies_type_check_against_nodes_and_pods(cp: ControlPlane) -> None:
