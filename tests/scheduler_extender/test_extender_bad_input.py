@@ -121,6 +121,19 @@ def test_bad_pod_is_error_field(
     still_serving(client, state)
 
 
+def test_a_bad_pod_is_named_by_its_own_namespace(busy: tuple[TestClient, MemoryState]) -> None:
+    """The Error names the pod as ``namespace/name``, ``default`` when it has none."""
+    client, _ = busy
+    pod = gpu_pod("bad", "1.5")
+    for ns, label in (("team-a", "pod team-a/bad:"), (None, "pod default/bad:")):
+        if ns is None:
+            del pod["metadata"]["namespace"]
+        else:
+            pod["metadata"]["namespace"] = ns
+        r = client.post("/filter", json=names_args(pod, NODES))
+        assert r.status_code == 200 and one_line_error(r).startswith(label)
+
+
 def test_corrupt_and_newer_topology_annotations_fail_the_node(
     busy: tuple[TestClient, MemoryState],
 ) -> None:

@@ -13,6 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_extender.app import create_app
+from scheduler_extender.decision import Ask, BadRequest
+from scheduler_extender.preemption import NodeVerdict, Preemption, VictimSet
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import Allocation, MemoryState, PodRef
 from tests.scheduler_extender.helpers import gpu_pod, make_client
@@ -214,6 +216,43 @@ def test_full_form_victims_are_matched_by_uid_or_name_and_answered_by_uid() -> N
     assert kept(preempt(client, body)) == {}
 
 
+def test_full_form_victims_known_by_name_are_matched_in_their_own_namespace() -> None:
+    """A holder recorded without a UID is keyed ``namespace/name``: a full-form victim
+    matches it only in the same namespace (no namespace means ``default``)."""
+    state = MemoryState({"n": DGX})
+    topo = state.node_topology("n")
+    assert isinstance(topo, Topology)
+    for g in range(6):
+        ns = "team-a" if g == 4 else "default"
+        state.book.add(Allocation(PodRef(ns, f"g{g}", "" if g >= 4 else f"uid-g{g}"), "n",
+                                  (g,)), topo)
+    client = make_client(state)
+    in_team_a = {"metadata": {"name": "g4", "namespace": "team-a", "uid": "uid-g4"}}
+    no_namespace = {"metadata": {"name": "g5", "uid": "uid-g5"}}
+    body: dict[str, Any] = {
+        "Pod": gpu_pod("p", 4), "NodeNameToMetaVictims": None,
+        "NodeNameToVictims": {"n": {"Pods": [in_team_a, no_namespace], "NumPDBViolations": 0}},
+    }
+    assert kept(preempt(client, body)) == {"n": ["uid-g4", "uid-g5"]}
+    # the same names in other namespaces hold nothing here: evicting them frees no GPU
+    for victim, ns in ((in_team_a, "team-b"), (no_namespace, "team-a")):
+        moved = {"metadata": {**victim["metadata"], "namespace": ns}}
+        others = [moved if v is victim else v for v in (in_team_a, no_namespace)]
+        body["NodeNameToVictims"]["n"]["Pods"] = others
+        assert kept(preempt(client, body)) == {}, ns
+
+
+def test_full_form_victims_without_usable_metadata_free_nothing() -> None:
+    state = MemoryState({"n": DGX})
+    for g in range(8):
+        hold(state, "n", f"g{g}", [g])
+    client = make_client(state)
+    body = {"Pod": gpu_pod("p", 1), "NodeNameToMetaVictims": None,
+            "NodeNameToVictims": {"n": {"Pods": [{"metadata": "g0"}, {"spec": {}}],
+                                        "NumPDBViolations": 0}}}
+    assert kept(preempt(client, body)) == {}
+
+
 def test_nodes_with_no_usable_proposal_are_dropped() -> None:
     state = MemoryState({"n": DGX, "m": DGX})
     uid = hold(state, "n", "g0", [0])
@@ -246,6 +285,27 @@ def test_an_invalid_pod_keeps_no_node() -> None:
                                               proposals))) == {}
     metrics = client.get("/metrics").text
     assert 'gputopo_extender_preemption_nodes_total{outcome="dropped"} 4.0' in metrics
+    assert 'gputopo_extender_preemption_nodes_total{outcome="kept"} 0.0' in metrics
+
+
+class _RefusingPreemption(Preemption):
+    """The preemption layer as it answers a request its policy finds invalid (the policy's
+    ``RequestError``; the pod parser refuses every such request it can see first)."""
+
+    def judge(self, ask: Ask, proposals: Mapping[str, VictimSet]) -> list[NodeVerdict]:
+        raise BadRequest("request refused by the policy")
+
+
+def test_a_request_the_policy_refuses_keeps_no_node_and_counts_every_node_dropped() -> None:
+    state, proposals = ring_cluster()
+    client = make_client(state)
+    runtime = client.app.state.runtime  # type: ignore[attr-defined]
+    runtime.extender.preemption = _RefusingPreemption(runtime.extender.decider)
+    assert preempt(client, meta_args(gpu_pod("p", 4), proposals)) == {
+        "NodeNameToMetaVictims": {}}
+    metrics = client.get("/metrics").text
+    assert 'gputopo_extender_preemption_nodes_total{outcome="dropped"} 2.0' in metrics
+    assert 'gputopo_extender_preemption_nodes_total{outcome="kept"} 0.0' in metrics
 
 
 @pytest.mark.parametrize(("body", "needle"), [
