@@ -70,7 +70,7 @@ from topology.contract import (
     RESOURCE_VGPU_MEMORY,
 )
 from topology.model import Topology
-from topology.numa_alignment import PodDemand
+from topology.numa_alignment import KubeletConfigError, PodDemand
 from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
@@ -585,20 +585,29 @@ class Decider:
         groups: dict[object, Outcome | None] = {}
         rows: list[tuple[Candidate, NodeView, Outcome | None]] = []
         by_free = get_policy(policy).keys_by_free_mask(request)
+        # per call, not per node (a filter names every node of the cluster)
+        asks_memory = request.memory_mib > 0
+        config_of = self.alignment.config
+        place: Callable[[Topology, NodeState], Decision | None] | None = None
         for c in candidates:
             view = self._view(c, by_free)
-            refused = self._unit_refusal(c.name, request, c.node)
-            if refused is not None:
-                rows.append((c, view, refused))
-                continue
-            aligned = self.alignment.apply(
-                view, self.alignment.config(c.name, c.node), request, call.ask.demand, rid,
-                by_free=by_free, policy=policy, place=self._placer(policy, request))
-            if isinstance(aligned, Refusal):
-                rows.append((c, view, Outcome(None, aligned.reason,
-                                              unresolvable=aligned.unresolvable)))
-                continue
-            view = aligned
+            if asks_memory:
+                refused = self._unit_refusal(c.name, request, c.node)
+                if refused is not None:
+                    rows.append((c, view, refused))
+                    continue
+            config = config_of(c.name, c.node)
+            if isinstance(config, KubeletConfigError) or config.aligning:
+                if place is None:
+                    place = self._placer(policy, request)
+                aligned = self.alignment.apply(
+                    view, config, request, call.ask.demand, rid, by_free=by_free,
+                    policy=policy, place=place)
+                if isinstance(aligned, Refusal):
+                    rows.append((c, view, Outcome(None, aligned.reason,
+                                                  unresolvable=aligned.unresolvable)))
+                    continue
+                view = aligned
             group = view.group
             if group is None:
                 rows.append((c, view, self._evaluate(policy, view, request)))
