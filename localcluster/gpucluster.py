@@ -34,6 +34,7 @@ import atexit
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.error
@@ -169,6 +170,8 @@ class ExtenderProcess:
         policy: the default placement policy.
         port: listen port (default: a free one, kept across restarts).
         extra_args: more ``gputopo extender`` flags.
+        ssl_context: the extender serves HTTPS (``--tls-cert`` … in ``extra_args``): the
+            client context its readiness probe and :meth:`post` use (CA, client certificate).
 
     The child gets no ``GPUTOPO_EXTENDER_*`` variables from this environment, so only the
     flags decide its settings.
@@ -182,8 +185,10 @@ class ExtenderProcess:
         policy: str = "gputopo",
         port: int | None = None,
         extra_args: Sequence[str] = (),
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
+        self.ssl_context = ssl_context
         self.log_path = log_path
         self.policy = policy
         self.port = port or free_port()
@@ -193,8 +198,8 @@ class ExtenderProcess:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:<port>``."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://127.0.0.1:<port>`` (``https://`` with an ``ssl_context``)."""
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -227,7 +232,8 @@ class ExtenderProcess:
                     f"{proc.log_tail()}"
                 )
             try:
-                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2) as resp:
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=2,
+                                            context=self.ssl_context) as resp:
                     return bool(resp.status == 200)
             except (OSError, urllib.error.URLError):
                 return False
@@ -273,7 +279,7 @@ class ExtenderProcess:
             f"{self.url}/{verb}", data=json.dumps(body).encode(),
             headers={"Content-Type": "application/json"}, method="POST",
         )  # fmt: skip
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        with urllib.request.urlopen(req, timeout=timeout_s, context=self.ssl_context) as resp:
             return json.loads(resp.read())
 
     def idle_nodes(self, nodes: Sequence[str], gpus: int = 8) -> set[str]:

@@ -8,7 +8,13 @@ import pytest
 
 from localcluster import BinariesUnavailable
 from localcluster.chart import find_helm, render_manifests
-from tests.deploy.helpers import FAKE_VALUES, TlsMaterial, make_tls, tls_values
+from tests.deploy.helpers import (
+    FAKE_VALUES,
+    STANDALONE_VALUES,
+    TlsMaterial,
+    make_tls,
+    tls_values,
+)
 
 
 @pytest.fixture(scope="session")
@@ -27,9 +33,12 @@ def tls() -> TlsMaterial:
 
 @pytest.fixture(scope="session")
 def variants(helm_available: None, tls: TlsMaterial) -> dict[str, list[dict[str, Any]]]:
-    """Rendered objects of the chart per variant: default, tls, fake (fake topologies)."""
+    """Rendered objects of the chart per variant: default (the extender a sidecar of the
+    scheduler pods), standalone (its own Deployment), tls (standalone over HTTPS), fake (fake
+    topologies)."""
     return {
         "default": render_manifests(),
+        "standalone": render_manifests(STANDALONE_VALUES),
         "tls": render_manifests(tls_values(tls)),
         "fake": render_manifests(FAKE_VALUES),
     }

@@ -94,12 +94,18 @@ def make_tls(dns_names: tuple[str, ...] = (EXTENDER_DNS,)) -> TlsMaterial:
 
 
 def tls_values(tls: TlsMaterial) -> dict[str, Any]:
-    """Chart values enabling TLS with a chart-created Secret."""
+    """Chart values enabling TLS with a chart-created Secret (a standalone extender: a
+    sidecar is called on loopback)."""
     return {
         "extender": {
-            "tls": {"enabled": True, "cert": tls.cert, "key": tls.key, "caCert": tls.ca_cert}
+            "mode": "standalone",
+            "tls": {"enabled": True, "cert": tls.cert, "key": tls.key, "caCert": tls.ca_cert},
         }
     }
+
+
+#: The extender as its own Deployment behind a Service (not a sidecar of the scheduler).
+STANDALONE_VALUES: dict[str, Any] = {"extender": {"mode": "standalone"}}
 
 
 CUSTOM_TOPOLOGY = "gaia-4gpu"

@@ -199,8 +199,9 @@ def _allowed(cp: ControlPlane, sa: str, verb: str, resource: str, *, group: str 
 
 @pytest.fixture(scope="module")
 def installed(cp: ControlPlane, dyn: DynamicClient) -> None:
-    """The default manifests, created for real (RBAC objects must exist for the reviews)."""
-    for obj in render_manifests():
+    """The manifests with a standalone extender (its own ServiceAccount), created for real
+    (RBAC objects must exist for the reviews)."""
+    for obj in render_manifests({"extender": {"mode": "standalone"}}):
         try:
             _create(dyn, obj, dry_run=False)
         except ApiException as exc:

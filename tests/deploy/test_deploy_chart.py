@@ -113,13 +113,13 @@ def test_every_variant_renders_namespaced_labelled_objects(
 def test_default_objects(variants: dict[str, list[Obj]]) -> None:
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in variants["default"])
     assert kinds == sorted([
-        ("ServiceAccount", "gputopo-extender"),
+        # the extender is a sidecar of the scheduler pods: no Deployment, Service or account
         ("ClusterRole", "gputopo-extender"),
         ("ClusterRoleBinding", "gputopo-extender"),
         ("ConfigMap", "gputopo-extender"),
-        ("Service", "gputopo-extender"),
-        ("Deployment", "gputopo-extender"),
         ("ServiceAccount", "gputopo-scheduler"),
+        ("PodDisruptionBudget", "gputopo-scheduler"),
+        ("NetworkPolicy", "gputopo-scheduler"),
         ("ClusterRoleBinding", "gputopo-scheduler-kube-scheduler"),
         ("ClusterRoleBinding", "gputopo-scheduler-volume-scheduler"),
         ("RoleBinding", "gputopo-scheduler-extension-apiserver-authentication-reader"),
@@ -154,7 +154,7 @@ def test_default_objects(variants: dict[str, list[Obj]]) -> None:
 def test_extender_deployment_probes_security_and_single_replica(
     variants: dict[str, list[Obj]],
 ) -> None:
-    dep = find(variants["default"], "Deployment", "gputopo-extender")
+    dep = find(variants["standalone"], "Deployment", "gputopo-extender")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
     pod = dep["spec"]["template"]["spec"]
@@ -175,7 +175,7 @@ def test_extender_deployment_probes_security_and_single_replica(
     annotations = dep["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "8888"
     assert annotations["prometheus.io/path"] == "/metrics"
-    svc = find(variants["default"], "Service", "gputopo-extender")
+    svc = find(variants["standalone"], "Service", "gputopo-extender")
     assert svc["spec"]["ports"] == [
         {"name": "http", "port": 8888, "targetPort": "http", "protocol": "TCP"}
     ]
@@ -195,7 +195,11 @@ def test_extender_settings_file_is_accepted_by_the_extender(
     assert data == {"host": "0.0.0.0", "port": 8888, "state": "kubernetes",
                     "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256,
                     "colocation_policy": "gputopo", "colocation_threshold": 4e7,
-                    "profile_catalog": "v100-cifar10-w10"}
+                    "profile_catalog": "v100-cifar10-w10",
+                    "auth": "loopback"}  # a sidecar: the verbs answer loopback callers only
+    cm = find(variants["standalone"], "ConfigMap", "gputopo-extender")
+    path.write_text(cm["data"]["extender.yaml"])
+    assert "auth" not in read_config_file(path)  # standalone without clientAuth: none
     # one unit for both programs: the device plugins' value
     dp = find(variants["default"], "DaemonSet", "gputopo-device-plugin")
     env = {e["name"]: e.get("value") for e in container(dp)["env"]}
@@ -233,7 +237,8 @@ def test_extender_tls_mounts_secret_and_switches_to_https(
 
 def test_extender_tls_with_existing_secret(helm_available: None, tls: TlsMaterial) -> None:
     objs = render_manifests(
-        {"extender": {"tls": {"enabled": True, "secretName": "my-cert", "caCert": tls.ca_cert}}}
+        {"extender": {"mode": "standalone",
+                      "tls": {"enabled": True, "secretName": "my-cert", "caCert": tls.ca_cert}}}
     )
     assert not [o for o in objs if o["kind"] == "Secret"]
     dep = find(objs, "Deployment", "gputopo-extender")
@@ -244,10 +249,22 @@ def test_extender_tls_with_existing_secret(helm_available: None, tls: TlsMateria
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"extender": {"tls": {"enabled": True}}}, "needs extender.tls.secretName"),
-        ({"extender": {"tls": {"enabled": True, "secretName": "s"}}}, "caCert"),
-        ({"extender": {"tls": {"enabled": True, "secretName": "s",
-                               "cert": "-----BEGIN CERTIFICATE-----"}}}, "not both"),
+        ({"extender": {"mode": "standalone", "tls": {"enabled": True}}},
+         "needs extender.tls.secretName"),
+        ({"extender": {"mode": "standalone", "tls": {"enabled": True, "secretName": "s"}}},
+         "caCert"),
+        ({"extender": {"mode": "standalone", "tls": {"enabled": True, "secretName": "s",
+                       "cert": "-----BEGIN CERTIFICATE-----"}}}, "not both"),
+        ({"extender": {"tls": {"enabled": True, "secretName": "s", "insecureSkipVerify": True}}},
+         "extender.tls is for extender.mode standalone"),
+        ({"extender": {"mode": "sidecar"}, "scheduler": {"enabled": False}},
+         "extender.mode sidecar runs in the scheduler pods"),
+        ({"extender": {"mode": "both"}}, "mode"),
+        ({"extender": {"mode": "standalone", "tls": {"clientAuth": {"enabled": True}}}},
+         "extender.tls.clientAuth needs extender.tls.enabled"),
+        ({"networkPolicy": {"metricsFrom": [{"podSelektor": {}}]}}, "podSelektor"),
+        ({"scheduler": {"leaderElection": {"leaseDuration": "6 s"}}}, "leaseDuration"),
+        ({"scheduler": {"podDisruptionBudget": {"maxUnavailable": 0}}}, "maxUnavailable"),
         ({"extender": {"replicas": 2}}, "/extender/replicas"),
         ({"extender": {"polcy": "gaia"}}, "polcy"),
         ({"extender": {"urlOverride": "ftp://x"}}, "urlOverride"),
@@ -398,7 +415,7 @@ def test_scheduler_config_default(variants: dict[str, list[Obj]]) -> None:
     assert "clientConnection" not in cfg  # in-cluster config
     [ext] = cfg["extenders"]
     assert ext == {
-        "urlPrefix": f"http://{EXTENDER_DNS}:8888",
+        "urlPrefix": "http://127.0.0.1:8888",  # its own sidecar
         "filterVerb": "filter",
         "prioritizeVerb": "prioritize",
         "preemptVerb": "preempt",
@@ -437,7 +454,9 @@ def test_scheduler_deployment(variants: dict[str, list[Obj]]) -> None:
     pod = dep["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "gputopo-scheduler"
     assert pod["securityContext"]["runAsNonRoot"] is True
-    assert pod["volumes"] == [{"name": "config", "configMap": {"name": "gputopo-scheduler"}}]
+    assert pod["volumes"][0] == {"name": "config", "configMap": {"name": "gputopo-scheduler"}}
+    assert {"name": "extender-config", "configMap": {"name": "gputopo-extender"}} in pod["volumes"]
+    assert dep["spec"]["replicas"] == 2  # a hot standby, with its own extender
     # A config change rolls the scheduler.
     checksum = dep["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
     other = render_manifests({"scheduler": {"extender": {"weight": 7}}})
@@ -486,7 +505,8 @@ def test_url_override_with_commas_is_kept_verbatim(helm_available: None) -> None
 def test_scheduler_config_passthrough_and_insecure_tls(helm_available: None) -> None:
     cfg = yaml.safe_load(render_scheduler_config(
         "https://10.0.0.1:8443",
-        extender={"tls": {"enabled": True, "secretName": "s", "insecureSkipVerify": True,
+        extender={"mode": "standalone",
+                  "tls": {"enabled": True, "secretName": "s", "insecureSkipVerify": True,
                           "serverName": "gputopo"}},
         scheduler={"percentageOfNodesToScore": 50,
                    "plugins": {"score": {"disabled": [{"name": "ImageLocality"}]}}},
@@ -626,6 +646,14 @@ def test_service_monitor_optional(helm_available: None) -> None:
     assert not [o for o in render_manifests() if o["apiVersion"].startswith("monitoring.")]
     objs = render_manifests({"metrics": {"serviceMonitor": {"enabled": True,
                                                             "labels": {"release": "prom"}}}})
+    sidecars = find(objs, "PodMonitor", "gputopo-extender")  # scrapes every scheduler pod
+    assert sidecars["spec"]["podMetricsEndpoints"][0]["port"] == "http"
+    assert sidecars["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == \
+        "scheduler"
+    assert sidecars["metadata"]["labels"]["release"] == "prom"
+    objs = render_manifests({"extender": {"mode": "standalone"},
+                             "metrics": {"serviceMonitor": {"enabled": True,
+                                                            "labels": {"release": "prom"}}}})
     sm = find(objs, "ServiceMonitor", "gputopo-extender")
     assert sm["spec"]["endpoints"][0]["port"] == "http"
     assert sm["metadata"]["labels"]["release"] == "prom"
@@ -634,7 +662,7 @@ def test_service_monitor_optional(helm_available: None) -> None:
 
 
 def test_components_can_be_switched_off(helm_available: None) -> None:
-    objs = render_manifests({"devicePlugin": {"enabled": False},
+    objs = render_manifests({"devicePlugin": {"enabled": False}, "extender": {"mode": "standalone"},
                              "scheduler": {"enabled": False}, "planner": {"enabled": False}})
     assert {o["metadata"]["name"] for o in objs} == {"gputopo-extender"}
     objs = render_manifests({"extender": {"enabled": False,
@@ -650,7 +678,11 @@ def test_other_release_names_do_not_collide(helm_available: None) -> None:
     # The schedulerName and lease are values, not derived from the release.
     cfg = sched_config(objs)
     assert cfg["profiles"][0]["schedulerName"] == "gputopo-scheduler"
-    assert cfg["extenders"][0]["urlPrefix"] == "http://gpu-team-gputopo-extender.team.svc:8888"
+    assert cfg["extenders"][0]["urlPrefix"] == "http://127.0.0.1:8888"  # the sidecar
+    objs = render_manifests({"extender": {"mode": "standalone"}}, release="gpu-team",
+                            namespace="team")
+    assert sched_config(objs)["extenders"][0]["urlPrefix"] == \
+        "http://gpu-team-gputopo-extender.team.svc:8888"
 
 
 # ------------------------------------------------------------------ deploy/ drift
@@ -790,12 +822,13 @@ def test_colocation_values_render(helm_available: None, tmp_path: Path) -> None:
     assert data["colocation_policy"] == "colocate" and data["colocation_threshold"] == 3e7
     assert data["user_profiles"] == "/etc/gputopo-profiles/user"
     assert data["measured_profiles"] == "/etc/gputopo-profiles/measured"
-    ext = find(objs, "Deployment", "gputopo-extender")
-    vols = {v["name"]: v for v in ext["spec"]["template"]["spec"]["volumes"]}
+    pod = find(objs, "Deployment", "gputopo-scheduler")["spec"]["template"]["spec"]
+    vols = {v["name"]: v for v in pod["volumes"]}  # the extender: a sidecar of the scheduler
     assert vols["measured-profiles"]["configMap"] == {"name": "gputopo-measured-profiles",
                                                        "optional": True}
     assert vols["user-profiles"]["configMap"]["name"] == "gputopo-extender-user-profiles"
-    mounts = {m["name"]: m["mountPath"] for m in container(ext)["volumeMounts"]}
+    [ext] = pod["initContainers"]
+    mounts = {m["name"]: m["mountPath"] for m in ext["volumeMounts"]}
     assert mounts["user-profiles"] == "/etc/gputopo-profiles/user"
     user = find(objs, "ConfigMap", "gputopo-extender-user-profiles")
     assert user["data"]["profiles.yaml"].startswith("apiVersion: gputopo.io/v1")

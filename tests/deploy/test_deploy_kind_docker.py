@@ -142,9 +142,11 @@ def test_dockerfile() -> None:
     uid = user[-1].split(":")[0]
     assert uid.isdigit() and int(uid) != 0  # numeric, so runAsNonRoot can verify it
     deploy = [d for d in yaml.safe_load_all((REPO / "deploy" / "gputopo.yaml").read_text()) if d]
-    extender = [d for d in deploy if d["kind"] == "Deployment"
-                and d["metadata"]["name"] == "gputopo-extender"][0]
-    assert extender["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(uid)
+    scheduler = [d for d in deploy if d["kind"] == "Deployment"
+                 and d["metadata"]["name"] == "gputopo-scheduler"][0]
+    [extender] = [c for c in scheduler["spec"]["template"]["spec"]["initContainers"]
+                  if c["name"] == "extender"]  # a sidecar of the scheduler pods by default
+    assert extender["securityContext"]["runAsUser"] == int(uid)
     for i, a in ins:
         if i in ("COPY", "ADD") and "--from=" not in a:
             for src in shlex.split(a)[:-1]:

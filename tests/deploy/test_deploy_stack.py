@@ -72,9 +72,11 @@ def stack(request: pytest.FixtureRequest, binaries: Binaries) -> Iterator[dict[s
         settings = find(render_manifests(values), "ConfigMap", "gputopo-extender")
         settings_file = cp.workdir / "extender.yaml"
         settings_file.write_text(settings["data"]["extender.yaml"])
+        # a sidecar (http variant, the default) runs as the scheduler pod's ServiceAccount
+        sa = "gputopo-extender" if tls is not None else "gputopo-scheduler"
         port = free_port()
         args = [str(exe), "extender", f"--config={settings_file}", "--host=127.0.0.1",
-                f"--port={port}", f"--kubeconfig={sa_kubeconfig(cp, 'gputopo-extender')}"]
+                f"--port={port}", f"--kubeconfig={sa_kubeconfig(cp, sa)}"]
         ctx = None
         if tls is not None:
             (cp.workdir / "tls.crt").write_text(tls.cert)

@@ -64,10 +64,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.extender.tls.enabled -}}https{{- else -}}http{{- end -}}
 {{- end -}}
 
-{{/* The URL the scheduler calls: extender.urlOverride, else the Service's DNS name. */}}
+{{/* "true" when the extender runs as a sidecar of the scheduler pods, else "". */}}
+{{- define "gputopo.extender.sidecar" -}}
+{{- if and .Values.extender.enabled (eq .Values.extender.mode "sidecar") -}}true{{- end -}}
+{{- end -}}
+
+{{/* The URL the scheduler calls: extender.urlOverride, else its own sidecar on loopback, else
+the Service's DNS name. */}}
 {{- define "gputopo.extender.url" -}}
 {{- if .Values.extender.urlOverride -}}
 {{- .Values.extender.urlOverride | trimSuffix "/" -}}
+{{- else if include "gputopo.extender.sidecar" . -}}
+{{- printf "http://127.0.0.1:%d" (int .Values.extender.port) -}}
 {{- else -}}
 {{- printf "%s://%s.%s.svc:%d" (include "gputopo.extender.scheme" .) (include "gputopo.extender.fullname" .) .Release.Namespace (int .Values.extender.service.port) -}}
 {{- end -}}
@@ -93,6 +101,32 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- if and $tls.enabled (not (hasPrefix "https://" .Values.extender.urlOverride)) -}}
 {{- fail "extender.urlOverride must be https:// when extender.tls.enabled" -}}
+{{- end -}}
+{{- end -}}
+{{- if include "gputopo.extender.sidecar" . -}}
+{{- if not .Values.scheduler.enabled -}}
+{{- fail "extender.mode sidecar runs in the scheduler pods: set scheduler.enabled, or extender.mode standalone" -}}
+{{- end -}}
+{{- if $tls.enabled -}}
+{{- fail "extender.tls is for extender.mode standalone: a sidecar is called on 127.0.0.1 and accepts loopback callers only" -}}
+{{- end -}}
+{{- end -}}
+{{- $ca := $tls.clientAuth -}}
+{{- if $ca.enabled -}}
+{{- if not $tls.enabled -}}
+{{- fail "extender.tls.clientAuth needs extender.tls.enabled (mutual TLS)" -}}
+{{- end -}}
+{{- if not $ca.caCert -}}
+{{- fail "extender.tls.clientAuth needs caCert (the CA that signs the scheduler's client certificate)" -}}
+{{- end -}}
+{{- if not $ca.allowedNames -}}
+{{- fail "extender.tls.clientAuth needs allowedNames (client certificate common names)" -}}
+{{- end -}}
+{{- if and .Values.scheduler.enabled (not $ca.secretName) (or (not $ca.cert) (not $ca.key)) -}}
+{{- fail "extender.tls.clientAuth needs secretName, or cert and key: the scheduler's client certificate" -}}
+{{- end -}}
+{{- if and $ca.secretName (or $ca.cert $ca.key) -}}
+{{- fail "extender.tls.clientAuth: give either secretName or cert+key, not both" -}}
 {{- end -}}
 {{- end -}}
 {{- if and .Values.scheduler.enabled (not .Values.extender.enabled) (not .Values.extender.urlOverride) -}}
@@ -129,12 +163,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- if $tls.caCert }}{{ $_ := set $tlsConfig "caData" ($tls.caCert | b64enc) }}{{ end -}}
 {{- if $tls.serverName }}{{ $_ := set $tlsConfig "serverName" $tls.serverName }}{{ end -}}
 {{- if $tls.insecureSkipVerify }}{{ $_ := set $tlsConfig "insecure" true }}{{ end -}}
+{{- if $tls.clientAuth.enabled -}}
+{{- $_ := set $tlsConfig "certFile" "/etc/gputopo-scheduler-client/tls.crt" -}}
+{{- $_ := set $tlsConfig "keyFile" "/etc/gputopo-scheduler-client/tls.key" -}}
+{{- end -}}
 {{- $_ := set $ext "tlsConfig" $tlsConfig -}}
 {{- end -}}
 {{- $le := dict "leaderElect" $s.leaderElection.enabled -}}
 {{- if $s.leaderElection.enabled -}}
 {{- $_ := set $le "resourceNamespace" .Release.Namespace -}}
 {{- $_ := set $le "resourceName" $s.leaderElection.leaseName -}}
+{{- with $s.leaderElection.leaseDuration }}{{ $_ := set $le "leaseDuration" . }}{{ end -}}
+{{- with $s.leaderElection.renewDeadline }}{{ $_ := set $le "renewDeadline" . }}{{ end -}}
+{{- with $s.leaderElection.retryPeriod }}{{ $_ := set $le "retryPeriod" . }}{{ end -}}
 {{- end -}}
 {{- $cfg := dict
   "apiVersion" "kubescheduler.config.k8s.io/v1"
@@ -178,6 +219,19 @@ measured_profiles: /etc/gputopo-profiles/measured
 {{- if .Values.extender.tls.enabled }}
 tls_cert: /etc/gputopo-tls/tls.crt
 tls_key: /etc/gputopo-tls/tls.key
+{{- end }}
+{{- if include "gputopo.extender.sidecar" . }}
+# a sidecar of kube-scheduler: the verbs answer loopback callers only (403 otherwise);
+# /healthz, /readyz and /metrics on every interface
+auth: loopback
+{{- else if .Values.extender.tls.clientAuth.enabled }}
+# mutual TLS: 401 without a client certificate, 403 for a name not allowed
+auth: mtls
+client_ca: /etc/gputopo/client-ca.crt
+allowed_client_names:
+{{- range .Values.extender.tls.clientAuth.allowedNames }}
+  - {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
