@@ -7,8 +7,11 @@
 2. takes the per-node lock (:meth:`Binder.node_lock`) — two binds to one node never decide on
    the same state;
 3. refuses a pod the state already shows bound (a confirmed allocation: the API has it on a
-   node with its annotations) and forgets a stale reservation of the same pod (a re-bind
-   after a failed attempt);
+   node with its annotations) or still holds a reservation for (its earlier bind is in flight,
+   or succeeded and the watch has not confirmed it yet: deciding again would let go of GPUs
+   the API may already have given it — kube-scheduler, whose bind call timed out, retries
+   later and then meets the confirmed allocation; a failed bind has already released its
+   reservation);
 4. decides again on the node's current state (:meth:`Decider.decide_exact`, exact, no budget)
    and *reserves* the decision (:meth:`ClusterState.reserve`, which refuses a GPU or share
    already taken, even if two binds raced past the lock);
@@ -235,9 +238,11 @@ class Binder:
                     "already-bound",
                 )
             if held is not None:
-                # a re-bind (after a failed attempt): forget the stale reservation first
-                self.state.release(pod.key)
-                view = self.decider.bind_view(node)
+                gpus = ",".join(str(g) for g in held.gpus)
+                return self._fail(
+                    pod, node, f"a bind of pod {pod} to {held.node} (GPUs {gpus}) is in flight "
+                    "or awaiting the watch's confirmation; not deciding again", "in-flight",
+                )
             try:
                 outcome = self.decider.decide_exact(ask, view)
             except BadRequest as exc:
@@ -264,7 +269,7 @@ class Binder:
         try:
             self.state.bind(pod, node, decision)
         except BindError as exc:
-            if decision is not None:
+            if decision is not None and not exc.maybe_written:
                 self.state.release(pod.key, reservation_only=True)
             return self._fail(pod, node, str(exc), "api")
         except Exception as exc:  # noqa: BLE001 - roll back whatever went wrong

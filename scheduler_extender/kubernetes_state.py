@@ -448,13 +448,33 @@ class KubernetesState(BookedViews):
         """Bind the pod to ``node`` in one API call: a Binding carrying the assignment
         annotations of ``decision`` (none for a pod without gputopo resources).
 
+        A call without a reply (connection reset, timeout) or with a 5xx may still have written
+        the Binding: the pod is then read back, and when it is bound to ``node`` with exactly
+        these annotations the bind succeeded (the reply was lost, not the write) — so the
+        caller keeps the GPUs reserved and kube-scheduler is told the truth.
+
         Raises:
-            BindError: the API refused; nothing was written.
+            BindError: the API refused (nothing was written), or the outcome is unknown
+                (``maybe_written``: the pod could not be read back).
         """
         ann = assignment_annotations(decision, node) if decision is not None else {}
         try:
             self.api.create_binding(pod.namespace, pod.name, pod.uid, node, ann)
         except ApiError as exc:
+            if exc.status and exc.status < 500:
+                raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
+            try:
+                live = self.api.get_pod(pod.namespace, pod.name)
+            except ApiError as again:
+                raise BindError(
+                    f"cannot bind pod {pod} to {node}: {exc}; reading it back failed too "
+                    f"({again}): its GPUs stay reserved until the watch shows the outcome",
+                    maybe_written=True,
+                ) from None
+            if live is not None and _bound_with(live, pod.uid, node, ann):
+                log.warning("Binding of %s to %s: %s, but the pod is bound there with its "
+                            "decision: bound", pod, node, exc)
+                return
             raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
@@ -479,6 +499,16 @@ class KubernetesState(BookedViews):
 
 
 # ---------------------------------------------------------------------- official client
+def _bound_with(pod: Mapping[str, Any], uid: str, node: str, ann: Mapping[str, str]) -> bool:
+    """``pod`` (as the API returns it) is pod ``uid`` (any, when ``uid`` is empty), bound to
+    ``node`` and carries every annotation of ``ann``: our Binding was written."""
+    meta = _meta(pod)
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    have = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    return ((not uid or meta.get("uid") == uid) and (spec or {}).get("nodeName") == node
+            and all((have or {}).get(k) == v for k, v in ann.items()))
+
+
 def _api_error(exc: Exception) -> ApiError:
     status = int(getattr(exc, "status", 0) or 0)
     reason = getattr(exc, "reason", "") or type(exc).__name__

@@ -54,7 +54,16 @@ class ReservationConflict(Exception):
 
 
 class BindError(Exception):
-    """The backend could not bind the pod (API call failed); ``str(exc)`` says why."""
+    """The backend could not bind the pod (API call failed); ``str(exc)`` says why.
+
+    ``maybe_written``: the outcome is unknown (no reply, and the pod could not be read back):
+    the Binding may have been written, so the caller must keep the GPUs reserved (the watch
+    confirms them, or drops them when the pod goes) rather than hand them to another pod.
+    """
+
+    def __init__(self, message: str, *, maybe_written: bool = False) -> None:
+        super().__init__(message)
+        self.maybe_written = maybe_written
 
 
 class NodesSpecError(ValueError):

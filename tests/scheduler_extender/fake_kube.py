@@ -29,6 +29,7 @@ class FakeKubeAPI:
         self.lists = {"nodes": 0, "pods": 0}
         self.calls: list[tuple[str, ...]] = []
         self.fail_binding: str | None = None
+        self.fail_binding_status = 409
         self.emit_bindings = True
         self.lose_binding_reply = False
         self.after_binding: Callable[[], None] | None = None
@@ -141,7 +142,7 @@ class FakeKubeAPI:
         self.calls.append(("bind", name, node, *(f"{k}={v}" for k, v in sorted(
             annotations.items(), key=lambda kv: kv[0]))))
         if self.fail_binding:
-            raise ApiError(self.fail_binding, 409)
+            raise ApiError(self.fail_binding, self.fail_binding_status)
         p = self._by_name(namespace, name)
         if p is None:
             raise ApiError(f'404 Not Found: pods "{name}" not found', 404)

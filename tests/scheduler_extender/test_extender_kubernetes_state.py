@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from scheduler_extender.kubernetes_state import KubernetesState
+from scheduler_extender.kubernetes_state import ApiError, KubernetesState
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.state import ClusterState, NodeTopologyError
 from scheduler_extender.verbs import Extender
@@ -203,13 +203,89 @@ def test_a_binding_whose_reply_was_lost_stays_booked(
     fake.after_binding = lambda: wait_for(
         lambda: (a := kube.allocation("u-lost")) is not None and a.confirmed, "confirmation")
     res = bind_through(ext, fake, "lost", "u-lost", "n1")
-    assert res["Error"].startswith("cannot bind pod default/lost to n1: the reply was lost")
+    assert res == {"Error": ""}  # read back: bound there with its decision, so it is bound
     wait_for(lambda: (a := kube.allocation("u-lost")) is not None and a.confirmed,
              "the bound pod's allocation")
     a = kube.allocation("u-lost")
     assert a is not None
     assert a.gpus == parse_assignment(fake.pods["u-lost"]["metadata"]["annotations"]).gpu_indices
     assert used(kube, "n1") == tuple(sorted(a.gpus))
+
+
+def test_a_lost_reply_keeps_the_gpus_even_before_the_watch_confirms(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """The reply of a written Binding is lost and the watch lags: the GPUs must stay taken
+    in between (before, the rollback freed them until the watch caught up, and a pod bound
+    in that window could be given the same GPUs)."""
+    fake.emit_bindings = False
+    fake.lose_binding_reply = True
+    ext = Extender(kube, POLICY)
+    assert bind_through(ext, fake, "lost", "u-lost", "n1", gpus=8) == {"Error": ""}
+    held = kube.allocation("u-lost")
+    assert held is not None and not held.confirmed and len(held.gpus) == 8
+    fake.lose_binding_reply = False
+    res = bind_through(ext, fake, "next", "u-next", "n1", gpus=1)
+    assert res["Error"].startswith("cannot bind: "), res  # n1 is full: the lost pod holds it
+    assert fake.pods["u-next"]["spec"]["nodeName"] == ""
+
+
+def test_no_reply_and_no_read_back_keeps_the_reservation(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """Neither the Binding's reply nor a read-back: the outcome is unknown, so the GPUs stay
+    reserved (the watch settles it) and the bind reports the failure."""
+    fake.emit_bindings = False
+    fake.lose_binding_reply = True
+    ext = Extender(kube, POLICY)
+    real_get = fake.get_pod
+
+    def unreachable(namespace: str, name: str) -> dict[str, object] | None:
+        raise ApiError("connection refused", 0)
+
+    fake.get_pod = unreachable  # type: ignore[method-assign]
+    res = bind_through(ext, fake, "dark", "u-dark", "n1", gpus=2)
+    assert "reading it back failed too" in res["Error"]
+    held = kube.allocation("u-dark")
+    assert held is not None and not held.confirmed
+    fake.get_pod = real_get  # type: ignore[method-assign]
+    # the watch shows it bound: confirmed on the reserved GPUs
+    ann = fake.pods["u-dark"]["metadata"]["annotations"]
+    fake.update_pod("u-dark", lambda p: None)
+    wait_for(lambda: (a := kube.allocation("u-dark")) is not None and a.confirmed,
+             "confirmation")
+    assert parse_assignment(ann).gpu_indices == held.gpus
+
+
+def test_a_refused_binding_read_back_unbound_holds_nothing(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """A 5xx whose read-back shows the pod unbound: nothing was written, nothing is held."""
+    ext = Extender(kube, POLICY)
+    fake.fail_binding = "503 Service Unavailable"
+    fake.fail_binding_status = 503
+    res = bind_through(ext, fake, "five", "u-five", "n1")
+    assert res["Error"] == "cannot bind pod default/five to n1: 503 Service Unavailable"
+    assert kube.allocation("u-five") is None and used(kube, "n1") == ()
+
+
+def test_a_second_bind_while_the_first_awaits_the_watch_is_refused(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """kube-scheduler's bind call timed out while the extender's Binding went through; it
+    retries the pod before the watch confirms. Deciding again would let go of the GPUs the
+    API already gave the pod: the retry is refused and the GPUs stay held."""
+    fake.emit_bindings = False
+    ext = Extender(kube, POLICY)
+    assert bind_through(ext, fake, "slow", "u-slow", "n1", gpus=4) == {"Error": ""}
+    held = kube.allocation("u-slow")
+    assert held is not None and not held.confirmed
+    fake.calls.clear()
+    res = ext.bind(ExtenderBindingArgs(PodName="slow", PodNamespace="default",
+                                       PodUID="u-slow", Node="n1"))
+    assert "is in flight or awaiting the watch" in res["Error"]
+    assert fake.calls == [] and kube.allocation("u-slow") == held
+    assert used(kube, "n1") == tuple(sorted(held.gpus))
 
 
 def test_pod_uid_must_match(fake: FakeKubeAPI, kube: KubernetesState) -> None:
