@@ -103,4 +103,4 @@ cpu affinity         {.metadata.annotations.gputopo\.io/cpu-affinity}
 decided by           {.metadata.annotations.gputopo\.io/decided-by}
 '
 log "more: kubectl --context ${CTX} create -f examples/notebook-1gpu.yaml (and the others in examples/)"
-log "logs: kubectl --context ${CTX} logs -n ${NS} deploy/gputopo-extender"
+log "logs: kubectl --context ${CTX} logs -n ${NS} deploy/gputopo-scheduler -c extender (a sidecar of each scheduler replica)"
