@@ -20,9 +20,10 @@ Three modes (``ExtenderSettings.auth``):
 authenticated path is counted in ``gputopo_extender_auth_requests_total{result}`` with result
 ``ok``, ``unauthenticated`` (401) or ``forbidden`` (403).
 
-uvicorn does not put the peer certificate into the ASGI scope. :class:`PeerCertH11Protocol`
-(uvicorn's h11 protocol, one instance per connection) reads it from the TLS transport when the
-connection is made (``transport.get_extra_info("peercert")``, the verified certificate as
+uvicorn does not put the peer certificate into the ASGI scope.
+:class:`PeerCertHttpToolsProtocol` (uvicorn's httptools protocol, one instance per connection)
+reads it from the TLS transport when the connection is made
+(``transport.get_extra_info("peercert")``, the verified certificate as
 :meth:`ssl.SSLSocket.getpeercert` returns it) and puts it into that connection's copy of the
 ASGI ``state`` mapping, which uvicorn copies into every request's ``scope["state"]``; the
 :class:`CallerAuth` middleware reads it there. :func:`uvicorn_options` gives the matching
@@ -38,7 +39,7 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Literal
 
 from pydantic_core import to_json
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from scheduler_extender.metrics import Metrics
 
@@ -58,8 +59,9 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PeerCert = dict[str, Any]
 
 
-class PeerCertH11Protocol(H11Protocol):
-    """uvicorn's h11 HTTP protocol that records the connection's verified client certificate.
+class PeerCertHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools HTTP protocol (the C parser the extender runs on) that records the
+    connection's verified client certificate.
 
     ``connection_made`` runs once per TCP connection, after the TLS handshake; every request
     on that keep-alive connection then finds the certificate under :data:`PEER_CERT_KEY` in
@@ -167,17 +169,19 @@ def uvicorn_options(
 ) -> dict[str, Any]:
     """Keyword arguments for ``uvicorn.run`` / ``uvicorn.Config`` serving the extender.
 
-    Always the certificate-recording h11 protocol and no proxy headers (``X-Forwarded-For``
-    must never stand in for the peer address loopback mode checks). With ``tls_cert``: HTTPS;
-    ``mtls`` adds ``ssl.CERT_OPTIONAL`` verification of client certificates against
-    ``client_ca`` (optional at the TLS layer so a request without one gets an HTTP 401 rather
-    than a handshake error, and probes without certificates still work).
+    Never proxy headers (``X-Forwarded-For`` must not stand in for the peer address loopback
+    mode checks). With ``tls_cert``: HTTPS. ``mtls`` adds ``ssl.CERT_OPTIONAL`` verification of
+    client certificates against ``client_ca`` (optional at the TLS layer so a request without
+    one gets an HTTP 401 rather than a handshake error, and probes without certificates still
+    work) and the certificate-recording protocol (over httptools, which uvicorn picks itself
+    when installed, as gputopo's dependencies have it; other modes keep uvicorn's choice).
     """
-    opts: dict[str, Any] = {"http": PeerCertH11Protocol, "proxy_headers": False}
+    opts: dict[str, Any] = {"proxy_headers": False}
     if tls_cert:
         opts["ssl_certfile"] = tls_cert
         opts["ssl_keyfile"] = tls_key
     if mode == "mtls":
         opts["ssl_cert_reqs"] = ssl.CERT_OPTIONAL
         opts["ssl_ca_certs"] = client_ca
+        opts["http"] = PeerCertHttpToolsProtocol
     return opts

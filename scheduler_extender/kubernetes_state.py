@@ -465,7 +465,7 @@ class KubernetesState(BookedViews):
                 raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
             try:
                 live = self.api.get_pod(pod.namespace, pod.name)
-            except ApiError as again:
+            except Exception as again:  # noqa: BLE001 - any failure: the outcome is unknown
                 raise BindError(
                     f"cannot bind pod {pod} to {node}: {exc}; reading it back failed too "
                     f"({again}): its GPUs stay reserved until the watch shows the outcome",
