@@ -257,8 +257,6 @@ def test_extender_tls_with_existing_secret(helm_available: None, tls: TlsMateria
                        "cert": "-----BEGIN CERTIFICATE-----"}}}, "not both"),
         ({"extender": {"tls": {"enabled": True, "secretName": "s", "insecureSkipVerify": True}}},
          "extender.tls is for extender.mode standalone"),
-        ({"extender": {"mode": "sidecar"}, "scheduler": {"enabled": False}},
-         "extender.mode sidecar runs in the scheduler pods"),
         ({"extender": {"mode": "both"}}, "mode"),
         ({"extender": {"mode": "standalone", "tls": {"clientAuth": {"enabled": True}}}},
          "extender.tls.clientAuth needs extender.tls.enabled"),

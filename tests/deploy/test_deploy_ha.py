@@ -116,6 +116,10 @@ def test_network_policies(variants: dict[str, list[Obj]]) -> None:
                                        "ports": [{"port": 8888, "protocol": "TCP"}]}]
     assert find(objs, "NetworkPolicy", "gputopo-scheduler")["spec"]["ingress"][0]["ports"] == \
         [{"port": 10259, "protocol": "TCP"}]
+    # without the chart's scheduler a sidecar has no pod: the extender runs standalone
+    alone = render_manifests({"scheduler": {"enabled": False}})
+    assert find(alone, "Deployment", "gputopo-extender")["spec"]["replicas"] == 1
+    assert find(alone, "NetworkPolicy", "gputopo-extender")
     off = render_manifests({"networkPolicy": {"enabled": False}})
     assert not [o for o in off if o["kind"] == "NetworkPolicy"]
 

@@ -64,9 +64,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.extender.tls.enabled -}}https{{- else -}}http{{- end -}}
 {{- end -}}
 
-{{/* "true" when the extender runs as a sidecar of the scheduler pods, else "". */}}
+{{/* "true" when the extender runs as a sidecar of the scheduler pods, else "" (with the
+chart's scheduler off, a sidecar extender has no pod to live in: it runs standalone, for a
+scheduler outside the chart). */}}
 {{- define "gputopo.extender.sidecar" -}}
-{{- if and .Values.extender.enabled (eq .Values.extender.mode "sidecar") -}}true{{- end -}}
+{{- if and .Values.extender.enabled .Values.scheduler.enabled (eq .Values.extender.mode "sidecar") -}}true{{- end -}}
 {{- end -}}
 
 {{/* The URL the scheduler calls: extender.urlOverride, else its own sidecar on loopback, else
@@ -104,9 +106,6 @@ the Service's DNS name. */}}
 {{- end -}}
 {{- end -}}
 {{- if include "gputopo.extender.sidecar" . -}}
-{{- if not .Values.scheduler.enabled -}}
-{{- fail "extender.mode sidecar runs in the scheduler pods: set scheduler.enabled, or extender.mode standalone" -}}
-{{- end -}}
 {{- if $tls.enabled -}}
 {{- fail "extender.tls is for extender.mode standalone: a sidecar is called on 127.0.0.1 and accepts loopback callers only" -}}
 {{- end -}}
