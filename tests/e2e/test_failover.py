@@ -11,13 +11,15 @@ kube-apiserver and kwok GPU nodes.
 * Only the leader's extender is killed -9 and restarted ~1 s later (the kubelet restarting the
   sidecar container): the scheduler keeps the Lease and retries the waiting pods.
 
-Lease timing 6 s / 4 s / 1 s (``localcluster.ha.FAST_LEASE``). The measured times are printed
+Lease timing 6 s / 4 s / 1 s (``localcluster.ha.FAST_LEASE``); ``GPUTOPO_E2E_LEASE=15s,10s,2s``
+measures other timings (kube-scheduler's defaults here). The measured times are printed
 (``pytest -s``) and recorded in docs/high-availability.md; the only timing assertion is the
 issue's 30 s.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -42,6 +44,15 @@ ISSUE_LIMIT_S = 30.0  # every pod bound within 30 s of the kill
 WAIT_S = 120.0
 
 
+def _lease() -> dict[str, str]:
+    """:data:`FAST_LEASE`, or ``GPUTOPO_E2E_LEASE=<leaseDuration>,<renewDeadline>,<retry>``."""
+    text = os.environ.get("GPUTOPO_E2E_LEASE", "")
+    if not text:
+        return dict(FAST_LEASE)
+    duration, renew, retry = (p.strip() for p in text.split(","))
+    return {"leaseDuration": duration, "renewDeadline": renew, "retryPeriod": retry}
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[GpuCluster]:
     try:
@@ -58,9 +69,9 @@ def cluster() -> Iterator[GpuCluster]:
 def replicas(cluster: GpuCluster) -> Iterator[list[SchedulerReplica]]:
     """Replica a (leader, waited for), then replica b (standby); both stopped afterwards and
     every pod deleted."""
-    a = SchedulerReplica(cluster.cp, "sched-a", lease=FAST_LEASE).start()
+    a = SchedulerReplica(cluster.cp, "sched-a", lease=_lease()).start()
     wait_until(a.is_leader, WAIT_S, "replica a to acquire the Lease")
-    b = SchedulerReplica(cluster.cp, "sched-b", lease=FAST_LEASE).start()
+    b = SchedulerReplica(cluster.cp, "sched-b", lease=_lease()).start()
     try:
         yield [a, b]
     finally:
@@ -140,13 +151,16 @@ def test_leader_pod_killed_mid_stream_standby_binds_the_rest(
     with BindClock(cluster, names) as clock:
         t_kill = _create_stream(cluster, pods, KILL_AT, a.kill)
         bound_at_kill = sum(1 for t in clock.bound_at.values() if t <= t_kill)
+        t_lead = wait_until(lambda: b.is_leader() and time.monotonic(), WAIT_S,
+                            "the standby to take the Lease over")
         cluster.wait_bound(names, WAIT_S)
         wait_until(lambda: len(clock.bound_at) == len(names), 10, "the clock to see all")
     assert not a.is_leader() and b.is_leader()
     after = sorted(t - t_kill for t in clock.bound_at.values() if t > t_kill)
-    first, last = after[0], after[-1]
-    print(f"\nfailover (pod killed): {bound_at_kill} of {PODS} bound at the kill; first bind "
-          f"after it {first:.1f} s, all {PODS} bound {last:.1f} s after the kill")
+    last = after[-1]
+    print(f"\nfailover (pod killed, lease {_lease()}): {bound_at_kill} of {PODS} bound at the "
+          f"kill; the standby led {t_lead - t_kill:.1f} s after it (±0.1 s), all {PODS} bound "
+          f"{last:.1f} s after the kill")
     _check(cluster, names)
     by_b = _metric(b, "gputopo_extender_decisions_total")
     print(f"the standby's extender bound {by_b:.0f} pods")
