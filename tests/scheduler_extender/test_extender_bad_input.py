@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 import pytest
 from fastapi.testclient import TestClient
 
 from gputopo_cli.demo import node_object
+from scheduler_extender.decision import (
+    Ask,
+    BadRequest,
+    Candidate,
+    Decider,
+    NodeDecision,
+    Verb,
+)
+from scheduler_extender.schemas import ExtenderArgs
 from scheduler_extender.state import MemoryState
+from scheduler_extender.verbs import Extender
 from tests.scheduler_extender.helpers import (
     bind_args,
     gpu_pod,
@@ -132,6 +143,38 @@ def test_a_bad_pod_is_named_by_its_own_namespace(busy: tuple[TestClient, MemoryS
             pod["metadata"]["namespace"] = ns
         r = client.post("/filter", json=names_args(pod, NODES))
         assert r.status_code == 200 and one_line_error(r).startswith(label)
+
+
+class _RefusingDecider(Decider):
+    """The decision layer as it answers a request its policy finds invalid (the policy's
+    ``RequestError``; the pod parser refuses every such request it can see first)."""
+
+    def decide(self, ask: Ask, candidates: Sequence[Candidate], *, verb: Verb = "filter",
+               scored: bool = False) -> list[NodeDecision]:
+        raise BadRequest("request refused by the policy")
+
+
+@pytest.mark.parametrize("by_objects", [False, True], ids=["names", "nodes"])
+def test_a_request_the_policy_refuses_fails_filter_and_scores_zero(by_objects: bool) -> None:
+    """filter answers with the Error field (no node passes, none is blamed), prioritize with
+    0 on every node: the pod, not a node, is at fault."""
+    state = MemoryState({n: catalog.get("dgx1-v100") for n in NODES})
+    ext = Extender(state, "gputopo")
+    ext.decider = _RefusingDecider(state)
+    pod = gpu_pod("p", 2)
+    args = names_args(pod, NODES)
+    if by_objects:
+        args = {"Pod": pod, "NodeNames": None,
+                "Nodes": {"items": [{"metadata": {"name": n}} for n in NODES]}}
+    res = ext.filter(ExtenderArgs.model_validate(args))
+    assert res["Error"] == "pod default/p: request refused by the policy"
+    assert res["FailedNodes"] == {} and res["FailedAndUnresolvableNodes"] == {}
+    if by_objects:
+        assert res["Nodes"] == {"metadata": {}, "items": []} and res["NodeNames"] is None
+    else:
+        assert res["NodeNames"] == [] and res["Nodes"] is None
+    assert ext.prioritize(ExtenderArgs.model_validate(args)) == [
+        {"Host": n, "Score": 0} for n in NODES]
 
 
 def test_corrupt_and_newer_topology_annotations_fail_the_node(

@@ -5,7 +5,8 @@ it from the fetched pod)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,34 @@ def test_bind_without_filter_reads_the_policy_from_the_pod(
     ann = api.pods["u-late"]["metadata"]["annotations"]
     assert parse_assignment(ann).gpu_indices == (0, 2, 5, 7)
     assert ann["gputopo.io/decided-by"] == "mapa-preserve"
+
+
+class _FetchingState(MemoryState):
+    """The memory backend with pods to fetch, as the API backend has; counts fetches."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        super().__init__({"n0": DGX})
+        self.pods = {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p for p in pods}
+        self.fetched: list[str] = []
+
+    def fetch_pod(self, namespace: str, name: str) -> Mapping[str, object] | None:
+        self.fetched.append(f"{namespace}/{name}")
+        return self.pods.get(f"{namespace}/{name}")
+
+
+def test_bind_prepare_leaves_the_fetch_of_an_unfiltered_pod_to_bind() -> None:
+    """The first half of a bind runs on the extender's event loop and makes no API call: a
+    pod no filter call was seen for is left to :meth:`Extender.bind` (a bind thread), which
+    fetches it once and reads its policy."""
+    pod = gpu_pod("late", 4, annotations={ANN_POLICY: "mapa-preserve"})
+    state = _FetchingState([pod])
+    ext = Extender(state, DEFAULT)
+    args = ExtenderBindingArgs.model_validate(bind_args(pod, "n0"))
+    assert ext.bind_prepare(args) is None
+    assert state.fetched == [] and state.allocation("uid-late") is None
+    assert ext.bind(args) == {"Error": ""}
+    assert state.fetched == ["default/late"]
+    assert bound_gpus(state, "late") == ((0, 2, 5, 7), "mapa-preserve")
 
 
 @pytest.mark.parametrize("form", ["names", "nodes"])

@@ -269,6 +269,20 @@ def test_nodes_with_no_usable_proposal_are_dropped() -> None:
     assert kept(preempt(client, full)) == {}
 
 
+@pytest.mark.parametrize("form", ["NodeNameToMetaVictims", "NodeNameToVictims"])
+def test_a_null_proposal_drops_only_its_own_node(form: str) -> None:
+    """A node proposed with ``null`` (no victims) comes first: the nodes after it are still
+    judged."""
+    state = MemoryState({"n": DGX})
+    uids = [hold(state, "n", f"g{g}", [g]) for g in range(8)]
+    victims = ({"Pods": [{"UID": uids[0]}]} if form == "NodeNameToMetaVictims"
+               else {"Pods": [gpu_pod("g0", 1, uid=uids[0])]})
+    body: dict[str, Any] = {"Pod": gpu_pod("p", 1), "NodeNameToMetaVictims": None,
+                            "NodeNameToVictims": None}
+    body[form] = {"null": None, "n": {**victims, "NumPDBViolations": 0}}
+    assert kept(preempt(make_client(state), body)) == {"n": [uids[0]]}
+
+
 def test_a_pod_without_gputopo_resources_gets_the_proposals_back() -> None:
     client = make_client(MemoryState({"n": DGX}))
     pod = gpu_pod("cpu", resources={"requests": {"cpu": "1"}})
