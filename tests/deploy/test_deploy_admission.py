@@ -22,7 +22,7 @@ import base64
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -222,13 +222,15 @@ def test_plugin_annotates_pods_on_its_node_only(cp: ControlPlane, plugin_a: Any,
     # the one LIST the plugin makes, field-selected on its node
     pods = {p.name: p for p in source.list_pods(NODE_A)}
     assert set(pods) == {f"job-{NODE_A}", f"plugin-{NODE_A}"}
-    source.patch_annotations(pods[f"job-{NODE_A}"], {"gputopo.io/admission-test": "a"})
-    assert _annotation(cp.core_v1().read_namespaced_pod(f"job-{NODE_A}", WORK_NS)) == "a"
+    source.patch_annotations(pods[f"job-{NODE_A}"], {ANN_ALLOCATED: "a"})
+    assert _annotation(cp.core_v1().read_namespaced_pod(f"job-{NODE_A}", WORK_NS),
+                       ANN_ALLOCATED) == "a"
 
     on_b = {p.name: p for p in source.list_pods(NODE_B)}[f"job-{NODE_B}"]
     with pytest.raises(PodSourceError, match="HTTP 403"):
-        source.patch_annotations(on_b, {"gputopo.io/admission-test": "a"})
-    assert _annotation(cp.core_v1().read_namespaced_pod(f"job-{NODE_B}", WORK_NS)) is None
+        source.patch_annotations(on_b, {ANN_ALLOCATED: "a"})
+    assert _annotation(cp.core_v1().read_namespaced_pod(f"job-{NODE_B}", WORK_NS),
+                       ANN_ALLOCATED) is None
 
     messages = {}
     for name in (f"job-{NODE_B}", "job-unbound"):
@@ -242,6 +244,59 @@ def test_plugin_annotates_pods_on_its_node_only(cp: ControlPlane, plugin_a: Any,
             f"{NODE_B}") in messages[f"job-{NODE_B}"]
     assert (f"may not modify pod {WORK_NS}/job-unbound (not bound to a node)"
             in messages["job-unbound"])
+
+
+def _refusal(call: Callable[[], Any]) -> str:
+    with pytest.raises(ApiException) as info:
+        call()
+    assert info.value.status == 403, info.value.body
+    return str(json.loads(info.value.body)["message"])
+
+
+@pytest.mark.parametrize(("what", "patch"), [
+    ("a foreign label", {"metadata": {"labels": {"node-role.kubernetes.io/control-plane": ""}}}),
+    ("an existing label", {"metadata": {"labels": {"kubernetes.io/hostname": "elsewhere"}}}),
+    ("a label removed", {"metadata": {"labels": {"type": None}}}),
+    ("a foreign annotation", {"metadata": {"annotations": {"example.com/owner": "me"}}}),
+    ("a taint", {"spec": {"taints": [{"key": "k", "value": "v", "effect": "NoSchedule"}]}}),
+    ("unschedulable", {"spec": {"unschedulable": True}}),
+    ("a finalizer", {"metadata": {"finalizers": ["example.com/keep"]}}),
+])
+def test_on_its_own_node_the_plugin_changes_only_gputopo_keys(
+    cp: ControlPlane, plugin_a: Any, policy_active: None, what: str, patch: dict[str, Any],
+) -> None:
+    """A compromised plugin must not make its node attract other workloads (labels,
+    taints) or wedge it (finalizers): only gputopo.io/ labels and annotations."""
+    before = cp.core_v1().read_node(NODE_A)
+    message = _refusal(lambda: plugin_a.patch_node(NODE_A, patch))
+    assert "may change only the gputopo.io/ labels and annotations of its node" in message, what
+    after = cp.core_v1().read_node(NODE_A)
+    assert after.metadata.labels == before.metadata.labels
+    assert after.spec == before.spec
+
+
+@pytest.mark.parametrize(("what", "patch"), [
+    ("a label", {"metadata": {"labels": {"app": "frontend"}}}),
+    ("the extender's decision", {"metadata": {"annotations": {"gputopo.io/gpu-indices": "0"}}}),
+    ("a foreign annotation", {"metadata": {"annotations": {"example.com/x": "y"}}}),
+    ("the image", {"spec": {"containers": [{"name": "main", "image": "evil:1"}]}}),
+    ("a finalizer", {"metadata": {"finalizers": ["example.com/keep"]}}),
+])
+def test_on_its_own_pods_the_plugin_changes_only_the_allocated_record(
+    cp: ControlPlane, plugin_a: Any, policy_active: None, what: str, patch: dict[str, Any],
+) -> None:
+    name = f"job-{NODE_A}"
+    before = cp.core_v1().read_namespaced_pod(name, WORK_NS)
+    message = _refusal(lambda: plugin_a.patch_namespaced_pod(name, WORK_NS, patch))
+    assert "may change only the gputopo.io/allocated annotation of a pod" in message, what
+    after = cp.core_v1().read_namespaced_pod(name, WORK_NS)
+    assert after.metadata.labels == before.metadata.labels
+    assert after.spec.containers[0].image == before.spec.containers[0].image
+    # and what it needs still goes through, clearing it too
+    plugin_a.patch_namespaced_pod(name, WORK_NS, {"metadata": {"annotations": {
+        ANN_ALLOCATED: "x"}}})
+    plugin_a.patch_namespaced_pod(name, WORK_NS, {"metadata": {"annotations": {
+        ANN_ALLOCATED: None}}})
 
 
 def test_a_token_without_a_node_may_change_nothing(cp: ControlPlane, policy_active: None) -> None:
