@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import gc
 import logging
+from typing import Any
 
 from anyio import CapacityLimiter
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from scheduler_extender.auth import CallerAuth
@@ -45,6 +47,37 @@ def _describe_validation(exc: RequestValidationError) -> str:
     where = ".".join(loc) or "body"
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     return f"invalid request body at {where}: {first.get('msg', 'invalid')}{more}"
+
+
+class SyncedGate:
+    """ASGI middleware: the verbs answer 503 with an ``Error`` until the cluster state has
+    synced (nodes and pods listed).
+
+    The HTTP server starts before the initial list finishes, and kube-scheduler calls the
+    verbs as soon as the port answers — it does not look at ``/readyz``. An extender that
+    decided then would see every node empty and give GPUs that bound pods hold; a reservation
+    made in that window would even survive the pod list. That is what a restarted sidecar
+    meets: its kube-scheduler is already running. 503 makes kube-scheduler retry the pod
+    with back-off.
+    """
+
+    def __init__(self, app: Any, *, state: ClusterState, metrics: Metrics) -> None:
+        self.app = app
+        self.state = state
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        verb = _VERBS.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if verb is None or self.state.ready():
+            await self.app(scope, receive, send)
+            return
+        self.metrics.requests.labels(verb=verb, outcome="not_ready").inc()
+        body = to_json({"Error": "the extender's cluster state has not synced yet (nodes "
+                                 "and pods are being listed); retry"})
+        await send({"type": "http.response.start", "status": 503,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 def tune_gc() -> None:
@@ -92,8 +125,9 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
                  bind_limiter=CapacityLimiter(settings.bind_concurrency))
     app.state.runtime = rt
     app.state.settings = settings
-    if settings.auth != "none":
-        app.add_middleware(CallerAuth, mode=settings.auth,
+    app.add_middleware(SyncedGate, state=state, metrics=counters)
+    if settings.auth != "none":  # added last: runs first (an unauthenticated caller learns
+        app.add_middleware(CallerAuth, mode=settings.auth,  # nothing, not even readiness)
                            allowed_names=settings.allowed_client_names, metrics=counters)
     for r in (scheduling.router, preemption.router, binding.router, health.router,
               metrics.router):

@@ -19,7 +19,8 @@ class Metrics:
 
     Attributes:
         requests: ``gputopo_extender_requests_total{verb, outcome}`` — outcome ``ok``,
-            ``error`` (an ``Error`` in the reply) or ``bad_request`` (HTTP 4xx).
+            ``error`` (an ``Error`` in the reply), ``bad_request`` (HTTP 4xx) or
+            ``not_ready`` (503: the cluster state has not synced yet).
         latency: ``gputopo_extender_request_seconds{verb}``.
         bind_errors: ``gputopo_extender_bind_errors_total{reason}``.
         decisions: ``gputopo_extender_decisions_total{policy}`` — successful binds.

@@ -288,6 +288,40 @@ def test_a_second_bind_while_the_first_awaits_the_watch_is_refused(
     assert used(kube, "n1") == tuple(sorted(held.gpus))
 
 
+def test_verbs_wait_for_the_pod_list(fake: FakeKubeAPI) -> None:
+    """A restarted extender serves HTTP before its initial list is done, and kube-scheduler
+    calls the verbs at once (it does not read /readyz): until nodes and pods are listed every
+    verb answers 503, so nothing is decided on nodes that look empty. (Seen end to end: a
+    restarted sidecar gave the GPU of a bound pod again, and the reservation survived the
+    list.)"""
+    from fastapi.testclient import TestClient
+
+    from scheduler_extender.app import create_app
+    from scheduler_extender.settings import ExtenderSettings
+
+    kube = KubernetesState(fake, watch_timeout_s=1)
+    kube.resync_nodes()  # nodes listed, pods not yet: n0's four GPUs look free
+    app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0), kube)
+    with TestClient(app) as client:
+        pod = fake.add_pod("early", "u-early", gpus=8)
+        for verb, body in (("filter", names_args(pod, ["n0"])),
+                           ("prioritize", names_args(pod, ["n0"])),
+                           ("bind", {"PodName": "early", "PodNamespace": "default",
+                                     "PodUID": "u-early", "Node": "n0"}),
+                           ("preempt", {"Pod": pod, "NodeNameToMetaVictims": {}})):
+            r = client.post(f"/{verb}", json=body)
+            assert r.status_code == 503, (verb, r.text)
+            assert "has not synced yet" in r.json()["Error"]
+        assert fake.calls == [] and kube.allocation("u-early") is None
+        assert client.get("/readyz").status_code == 503
+        assert 'outcome="not_ready"' in client.get("/metrics").text
+        kube.resync_pods()
+        r = client.post("/filter", json=names_args(pod, ["n0"]))
+        assert r.status_code == 200 and r.json()["NodeNames"] == []  # "running" holds 0-3
+    fake.close()
+    kube.stop()
+
+
 def test_pod_uid_must_match(fake: FakeKubeAPI, kube: KubernetesState) -> None:
     ext = Extender(kube, POLICY)
     fake.add_pod("twin", "u-twin-2", emit=True)
