@@ -145,6 +145,25 @@ def test_a_bad_pod_is_named_by_its_own_namespace(busy: tuple[TestClient, MemoryS
         assert r.status_code == 200 and one_line_error(r).startswith(label)
 
 
+def test_a_bad_pod_gets_the_reply_shape_of_its_request_form(
+    busy: tuple[TestClient, MemoryState],
+) -> None:
+    """Node objects in, an empty Node list out (names in, an empty name list out), with the
+    Error and empty failure maps."""
+    client, _ = busy
+    pod = gpu_pod("bad", "1.5")
+    items = [{"metadata": {"name": n}} for n in NODES]
+    for body, nodes, names in (
+        ({"Pod": pod, "Nodes": {"items": items}, "NodeNames": None},
+         {"metadata": {}, "items": []}, None),
+        (names_args(pod, NODES), None, []),
+    ):
+        res = client.post("/filter", json=body).json()
+        assert res["Error"].startswith("pod default/bad:")
+        assert res == {"Nodes": nodes, "NodeNames": names, "FailedNodes": {},
+                       "FailedAndUnresolvableNodes": {}, "Error": res["Error"]}
+
+
 class _RefusingDecider(Decider):
     """The decision layer as it answers a request its policy finds invalid (the policy's
     ``RequestError``; the pod parser refuses every such request it can see first)."""

@@ -151,13 +151,15 @@ def test_bind_prepare_leaves_the_fetch_of_an_unfiltered_pod_to_bind() -> None:
 @pytest.mark.parametrize("form", ["names", "nodes"])
 def test_an_invalid_pod_scores_zero_on_every_named_node(form: str) -> None:
     """prioritize answers a pod it cannot parse with 0 for every node it was given, in either
-    request form (a Node without a name is left out), so kube-scheduler still gets a reply."""
+    request form (a Node without a name, or without usable metadata, is left out), so
+    kube-scheduler still gets a reply."""
     ext = Extender(MemoryState({"n0": DGX, "n1": DGX}), DEFAULT)
     bad = gpu_pod("bad", "lots")
     if form == "names":
         args = names_args(bad, ["n0", "n1"])
     else:
-        items = [{"metadata": {"name": "n0"}}, {"metadata": {}}, {"metadata": {"name": "n1"}}]
+        items = [{"metadata": {"name": "n0"}}, {"metadata": {}}, {"metadata": "n2"},
+                 {"metadata": {"name": "n1"}}]
         args = {"Pod": bad, "Nodes": {"items": items}, "NodeNames": None}
     reply = ext.prioritize(ExtenderArgs.model_validate(args))
     assert reply == [{"Host": "n0", "Score": 0}, {"Host": "n1", "Score": 0}]
