@@ -27,12 +27,11 @@ does not).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from scheduler_extender.cache import BoundedCache
 from scheduler_extender.state import ClusterState, NodeView, intern_state
 from topology.contract import KUBELET_CONFIG_LABELS, LABEL_TOPOLOGY_MANAGER_POLICY
 from topology.model import Topology
@@ -50,28 +49,6 @@ from topology.numa_alignment import (
 from topology.policies.base import Decision, NodeState, Request
 
 _CACHE_SIZE = 65_536
-
-
-class _LRU:
-    """A small thread-safe LRU map."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._d: OrderedDict[object, Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: object) -> Any:
-        return self._d.get(key)
-
-    def put(self, key: object, value: Any) -> None:
-        with self._lock:
-            self._d[key] = value
-            if len(self._d) > self.size:
-                self._d.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
 
 
 class Refusal:
@@ -102,9 +79,9 @@ class NUMAAlignment:
         self.state = state
         self.memory_unit_mib = memory_unit_mib
         self._seen: dict[str, KubeletConfig | KubeletConfigError] = {}
-        self._labels = _LRU(1024)
-        self._alignments = _LRU(_CACHE_SIZE)
-        self._restricted = _LRU(_CACHE_SIZE)
+        self._labels = BoundedCache(1024)
+        self._alignments = BoundedCache(_CACHE_SIZE)
+        self._restricted = BoundedCache(_CACHE_SIZE)
 
     def clear(self) -> None:
         """Forget cached predictions and restricted states."""

@@ -39,14 +39,13 @@ live state — what preemption asks (kube-scheduler's ``ProcessPreemption``).
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from scheduler_extender.alignment import NUMAAlignment, Refusal
+from scheduler_extender.cache import BoundedCache
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.state import (
     ClusterState,
@@ -233,28 +232,6 @@ class _CostModel:
         self._est[key] = seconds if old is None else max(seconds, 0.7 * old + 0.3 * seconds)
 
 
-class _LRU:
-    """A small thread-safe LRU map (reads are lock-free dict lookups)."""
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._d: OrderedDict[tuple[object, ...], Any] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: tuple[object, ...]) -> Any:
-        return self._d.get(key)
-
-    def put(self, key: tuple[object, ...], value: Any) -> None:
-        with self._lock:
-            self._d[key] = value
-            if len(self._d) > self.size:
-                self._d.popitem(last=False)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._d.clear()
-
-
 @dataclass
 class _Call:
     """One :meth:`Decider.decide` call's fixed inputs."""
@@ -307,12 +284,12 @@ class Decider:
         self.alignment = NUMAAlignment(state, memory_unit_mib)
         self.topologies = TopologyCache()
         self._requests = _Interner()  # request keys -> small ints (edge tuples hash slowly)
-        self._spent = _LRU(_SPENT_SIZE)  # pod uid -> seconds its filter waited
+        self._spent = BoundedCache(_SPENT_SIZE)  # pod uid -> seconds its filter waited
         self._costs = _CostModel()
         # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
-        self._outcomes = _LRU(_GROUP_CACHE_SIZE)
-        self._prechecks = _LRU(_GROUP_CACHE_SIZE)
-        self._scores = _LRU(_GROUP_CACHE_SIZE)
+        self._outcomes = BoundedCache(_GROUP_CACHE_SIZE)
+        self._prechecks = BoundedCache(_GROUP_CACHE_SIZE)
+        self._scores = BoundedCache(_GROUP_CACHE_SIZE)
         self._seen_topology: dict[str, Topology] = {}
         self._class_json_cache: dict[str, str] = {}
 

@@ -107,6 +107,23 @@ _QUANTITY = re.compile(
 )
 
 
+def _parse_quantity(text: str) -> Fraction | None:
+    """A Kubernetes quantity string (``"2"``, ``"1.5Gi"``, ``"500m"``, ``"1e3"``) as an exact
+    number, or None when it is not one (a sign is not accepted)."""
+    m = _QUANTITY.match(text.strip())
+    if m is None:
+        return None
+    number, exponent, suffix = m.groups()
+    n = Fraction(number)
+    if exponent:
+        n *= Fraction(10) ** int(exponent[1:])
+    elif suffix in ("m", "u", "n"):
+        n /= {"m": 10**3, "u": 10**6, "n": 10**9}[suffix]
+    else:
+        n *= _SUFFIX[suffix or ""]
+    return n
+
+
 def _quantity(value: object, resource: str, where: str) -> int:
     """A resource quantity that must be a whole, non-negative number.
 
@@ -115,18 +132,9 @@ def _quantity(value: object, resource: str, where: str) -> int:
     """
     if isinstance(value, bool):
         raise PodSpecError(f"{where}: {resource} quantity {value!r} is not an integer")
-    if isinstance(value, int):
-        n = Fraction(value)
-    elif isinstance(value, str) and (m := _QUANTITY.match(value.strip())):
-        number, exponent, suffix = m.groups()
-        n = Fraction(number)
-        if exponent:
-            n *= Fraction(10) ** int(exponent[1:])
-        elif suffix in ("m", "u", "n"):
-            n /= {"m": 10**3, "u": 10**6, "n": 10**9}[suffix]
-        else:
-            n *= _SUFFIX[suffix or ""]
-    else:
+    n = Fraction(value) if isinstance(value, int) else (
+        _parse_quantity(value) if isinstance(value, str) else None)
+    if n is None:
         if isinstance(value, str) and value.strip().startswith("-"):
             raise PodSpecError(f"{where}: {resource} quantity {value!r} is negative")
         raise PodSpecError(f"{where}: {resource} quantity {value!r} is not a quantity")
@@ -415,17 +423,7 @@ def _cpu_quantity(value: object) -> Fraction | None:
         return None
     if isinstance(value, int | float):
         return Fraction(value)
-    if not isinstance(value, str) or not (m := _QUANTITY.match(value.strip())):
-        return None
-    number, exponent, suffix = m.groups()
-    n = Fraction(number)
-    if exponent:
-        n *= Fraction(10) ** int(exponent[1:])
-    elif suffix in ("m", "u", "n"):
-        n /= {"m": 10**3, "u": 10**6, "n": 10**9}[suffix]
-    else:
-        n *= _SUFFIX[suffix or ""]
-    return n
+    return _parse_quantity(value) if isinstance(value, str) else None
 
 
 def _section(container: Mapping[str, Any], section: str) -> Mapping[str, Any]:
