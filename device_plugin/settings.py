@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from device_plugin.api import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
 from topology.settings_file import (
-    ConfigFileSource,
+    FileBackedSettings,
     SettingsError,
     config_file_data,
     read_settings_file,
@@ -37,7 +37,7 @@ DEFAULT_HEALTH_RECOVERY_S = 300.0
 DEFAULT_HEALTH_PROBE_INTERVAL_S = 5.0
 
 
-class DevicePluginSettings(BaseSettings):
+class DevicePluginSettings(FileBackedSettings):
     """Everything ``gputopo device-plugin`` can be told.
 
     Attributes:
@@ -151,17 +151,6 @@ class DevicePluginSettings(BaseSettings):
     kubelet_topology_manager_policy: str | None = None
     kubelet_topology_manager_scope: str | None = None
     kubelet_cpu_manager_policy: str | None = None
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, ConfigFileSource(settings_cls))
 
     @field_validator("node_name")
     @classmethod

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from topology.planning.andreas import DEFAULT_INTERVAL_S, DEFAULT_MAX_ITERATIONS, DEFAULT_RHO
 from topology.planning.energy import DEFAULT_EUR_PER_KWH, DEFAULT_PUE
 from topology.settings_file import (
-    ConfigFileSource,
+    FileBackedSettings,
     SettingsError,
     config_file_data,
     read_settings_file,
@@ -35,7 +35,7 @@ ENV_PREFIX = "GPUTOPO_PLANNER_"
 __all__ = ["PlannerSettings", "SettingsError", "load_settings", "read_config_file"]
 
 
-class PlannerSettings(BaseSettings):
+class PlannerSettings(FileBackedSettings):
     """Everything ``gputopo planner`` can be told.
 
     Attributes:
@@ -105,17 +105,6 @@ class PlannerSettings(BaseSettings):
         if v and (v.count("/") != 1 or not all(v.split("/"))):
             raise ValueError(f"{v!r} is not namespace/name")
         return v
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, ConfigFileSource(settings_cls))
 
     @model_validator(mode="after")
     def _consistent(self) -> PlannerSettings:

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from scheduler_extender.state import NodesSpecError, parse_nodes_spec
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
 from topology.settings_file import (
-    ConfigFileSource,
+    FileBackedSettings,
     SettingsError,
     config_file_data,
     read_settings_file,
@@ -39,7 +39,7 @@ ENV_PREFIX = "GPUTOPO_EXTENDER_"
 __all__ = ["ExtenderSettings", "SettingsError", "load_settings", "read_config_file"]
 
 
-class ExtenderSettings(BaseSettings):
+class ExtenderSettings(FileBackedSettings):
     """Everything ``gputopo extender`` can be told.
 
     Attributes:
@@ -182,17 +182,6 @@ class ExtenderSettings(BaseSettings):
             except NodesSpecError as exc:
                 raise ValueError(f"nodes: {exc}") from None
         return self
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, ConfigFileSource(settings_cls))
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -5,9 +5,9 @@ CLI flags > environment > config file > defaults — and read ``--config`` with 
 so the three share this module (the core is the only package they all import; it holds no
 Kubernetes, HTTP or gRPC).
 
-Use: a settings class returns ``(init_settings, env_settings, ConfigFileSource(settings_cls))``
-from ``settings_customise_sources``, and the program's ``load_settings`` builds it inside
-``with config_file_data(read_settings_file(path, Cls.model_fields)):``.
+Use: a settings class derives from :class:`FileBackedSettings`, and the program's
+``load_settings`` builds it inside ``with config_file_data(read_settings_file(path,
+Cls.model_fields)):``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
-from pydantic_settings import PydanticBaseSettingsSource
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("gputopo_config_file", default=None)
 
@@ -107,3 +107,19 @@ def validation_message(exc: ValidationError) -> str:
     msg = str(first["msg"]).removeprefix("Value error, ")
     prefix = f"setting {where}: " if where else ""
     return " ".join(f"{prefix}{msg}".split())
+
+
+class FileBackedSettings(BaseSettings):
+    """Settings resolved from init arguments (CLI flags) > environment > the config file set by
+    :func:`config_file_data` > defaults (no dotenv, no secrets directory)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, ConfigFileSource(settings_cls))

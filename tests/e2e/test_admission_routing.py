@@ -19,8 +19,8 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.dynamic import DynamicClient
 
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import find_helm, render_manifests
+from localcluster import Binaries, ControlPlane
+from localcluster.chart import render_manifests
 from localcluster.controlplane import DEFAULT_SCHEDULER_CONFIG, wait_until
 from localcluster.gpucluster import GpuCluster, GpuPod, booking_problems, placement_of
 from topology.contract import AssignmentError, parse_assignment
@@ -33,12 +33,7 @@ POLICY = "gputopo-route-gpu-pods"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[GpuCluster]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def cluster(binaries: Binaries) -> Iterator[GpuCluster]:
     with ControlPlane(binaries) as cp, GpuCluster(cp) as gc:
         gc.start(NODES.items())
         cp.start_scheduler(DEFAULT_SCHEDULER_CONFIG, name="default-scheduler")

@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 
-from localcluster import BinariesUnavailable, find_binaries
-from localcluster.chart import find_helm
+from localcluster import Binaries
 from localcluster.gpucluster import gputopo_command
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
@@ -26,12 +25,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def test_cluster_demo_places_a_small_batch_and_stops_everything() -> None:
-    try:
-        find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def test_cluster_demo_places_a_small_batch_and_stops_everything(binaries: Binaries) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUTOPO_EXTENDER_")}
     r = subprocess.run(
         [*gputopo_command(), "cluster-demo", "--pods", "6", "--seed", "7", "--timeout", "120"],

@@ -17,7 +17,7 @@ import pytest
 from kubernetes import client as k8s_client
 
 from device_plugin.identity import ANN_ALLOCATED, parse_record
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
+from localcluster import Binaries, ControlPlane
 from localcluster.controlplane import wait_until
 from tests.device_plugin.helpers import bound_pod, decide
 from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
@@ -35,11 +35,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
 
 @pytest.fixture(scope="module")
-def control_plane() -> Iterator[ControlPlane]:
-    try:
-        binaries = find_binaries()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def control_plane(binaries: Binaries) -> Iterator[ControlPlane]:
     with ControlPlane(binaries) as cp:
         cp.create_default_serviceaccount("default")
         yield cp

@@ -21,8 +21,8 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import find_helm, render_scheduler_config
+from localcluster import Binaries, ControlPlane
+from localcluster.chart import render_scheduler_config
 from localcluster.gpucluster import (
     ExtenderProcess,
     GpuCluster,
@@ -48,12 +48,7 @@ def _context(tls: ExtenderTls, cert: tuple[Path, Path] | None) -> ssl.SSLContext
 
 
 @pytest.fixture(scope="module")
-def mtls() -> Iterator[tuple[GpuCluster, ExtenderTls]]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def mtls(binaries: Binaries) -> Iterator[tuple[GpuCluster, ExtenderTls]]:
     with ControlPlane(binaries) as cp, GpuCluster(cp) as gc:
         tls = generate_extender_tls(cp.workdir / "extender-pki", (SCHEDULER_CN, "intruder"))
         gc.extender = ExtenderProcess(

@@ -28,8 +28,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import find_helm
+from localcluster import Binaries, ControlPlane
 from localcluster.controlplane import wait_until
 from localcluster.gpucluster import GpuCluster, GpuPod, booking_problems, pod_node
 from localcluster.ha import FAST_LEASE, SchedulerReplica
@@ -55,12 +54,7 @@ def _lease() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[GpuCluster]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def cluster(binaries: Binaries) -> Iterator[GpuCluster]:
     with ControlPlane(binaries) as cp, GpuCluster(cp) as gc:
         gc.start(NODES.items(), extender=False, scheduler=False)
         yield gc

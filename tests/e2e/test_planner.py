@@ -30,8 +30,7 @@ import yaml
 from kubernetes import client as k8s_client
 from prometheus_client.parser import text_string_to_metric_families
 
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import find_helm
+from localcluster import Binaries, ControlPlane
 from localcluster.controlplane import wait_until
 from localcluster.gpucluster import GpuCluster
 from localcluster.planning import (
@@ -53,12 +52,7 @@ NAMESPACE = "default"
 
 
 @pytest.fixture(scope="module")
-def armida() -> Iterator[tuple[GpuCluster, Path]]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def armida(binaries: Binaries) -> Iterator[tuple[GpuCluster, Path]]:
     if binaries.kube_controller_manager is None:
         pytest.skip("kube-controller-manager not built (scripts/build-k8s-tools.sh)")
     workload = load_planning_workload("andreas-armida")

@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import find_helm
+from localcluster import Binaries, ControlPlane
 from localcluster.controlplane import wait_until
 from localcluster.gpucluster import (
     GpuCluster,
@@ -49,12 +48,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[GpuCluster]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def cluster(binaries: Binaries) -> Iterator[GpuCluster]:
     with ControlPlane(binaries) as cp, GpuCluster(cp, policy="gputopo") as gc:
         gc.start(NODES.items())
         yield gc

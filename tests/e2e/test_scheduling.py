@@ -25,8 +25,7 @@ import pytest
 from device_plugin.identity import ANN_ALLOCATED
 from gputopo_cli.cluster_demo import gpu_pod
 from gputopo_cli.demo import make_stream
-from localcluster import BinariesUnavailable, ControlPlane, ManagedProcess, find_binaries
-from localcluster.chart import find_helm
+from localcluster import Binaries, ControlPlane, ManagedProcess
 from localcluster.controlplane import wait_until
 from localcluster.gpucluster import (
     GpuCluster,
@@ -85,12 +84,7 @@ def dp_pod(name: str, **fields: Any) -> GpuPod:
 
 # ---------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[GpuCluster]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def cluster(binaries: Binaries) -> Iterator[GpuCluster]:
     with ControlPlane(binaries) as cp, GpuCluster(cp, policy=POLICY) as gc:
         gc.start(NODES.items())
         yield gc

@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from localcluster import BinariesUnavailable, ControlPlane, find_binaries
-from localcluster.chart import find_helm
+from localcluster import Binaries, ControlPlane
 from localcluster.controlplane import wait_until
 from localcluster.gpucluster import (
     GpuCluster,
@@ -45,12 +44,7 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[GpuCluster]:
-    try:
-        binaries = find_binaries()
-        find_helm()
-    except BinariesUnavailable as exc:
-        pytest.skip(f"control-plane binaries unavailable: {exc}")
+def cluster(binaries: Binaries) -> Iterator[GpuCluster]:
     with ControlPlane(binaries) as cp, GpuCluster(cp, policy="gputopo") as gc:
         gc.start(NODES.items(), kubelet=dict.fromkeys(NODES, KUBELET))
         yield gc
