@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -30,10 +31,15 @@ from typing import Any
 
 RESULTS = Path(__file__).parent / "results"
 SIM = RESULTS / "sim"
+#: Each finished simulation's figures, so that an interrupted run resumes where it stopped.
+UNITS = Path(os.environ.get("GPUTOPO_BENCH_UNITS", "/tmp/gputopo-bench-planner"))
 POLICIES = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
 FULL = {10: [1, 2, 3], 50: [1], 100: [1]}
 #: From this N up, each policy is its own unit of work (and no outputs are written).
 SPLIT_AT = 100
+#: The policies run from N = 100 up: andreas-stable (our variant) only below, to keep the run
+#: to about an hour on 2 shared cores.
+POLICIES_AT_SPLIT = ["fifo", "edf", "ps", "andreas"]
 QUICK = {4: [1], 10: [1]}
 #: ANDREAS Table III (EUR): the ARMIDA validation's measured and predicted energy cost.
 PAPER_ARMIDA = {"real_eur": 0.95111, "predicted_eur": 1.08438}
@@ -63,13 +69,19 @@ def _unit(task: tuple[str, int | None, int, list[str], int, str | None]) -> dict
     from topology.planning.andreas import PlannerSettings
 
     workload, n, seed, policies, iterations, dest = task
+    done = UNITS / f"{workload}-n{n}-seed{seed}-{'+'.join(policies)}-it{iterations}.json"
+    if done.is_file():  # finished by an earlier, interrupted run
+        return dict(json.loads(done.read_text()))
     t0 = time.perf_counter()
     res, summ = simulate_planning(
         workload, policies, nodes=n, seed=seed, out=dest, make_plots=dest is not None,
         settings=PlannerSettings(max_iterations=iterations, seed=seed))
     print(f"== {workload} N={n} seed {seed} {','.join(policies)} "
           f"({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
-    return {"summary": summ, **_stats(res)}
+    result = {"summary": summ, **_stats(res)}
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps(result))
+    return result
 
 
 def run(quick: bool, workers: int) -> dict[str, Any]:
@@ -96,7 +108,7 @@ def run(quick: bool, workers: int) -> dict[str, Any]:
         for n, seeds in sizes.items():
             for seed in seeds:
                 if n >= SPLIT_AT:
-                    for p in POLICIES:
+                    for p in POLICIES_AT_SPLIT:
                         tasks.append((f"andreas-s{case}", n, seed, [p], iterations, None))
                         keys.append((case, n, seed))
                 else:
@@ -133,15 +145,25 @@ def run(quick: bool, workers: int) -> dict[str, Any]:
 
 
 def mean_costs(entry: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Mean energy / tardiness / total cost over the seeds of one scenario and N."""
+    """Mean energy / tardiness / total cost over the seeds of one scenario and N (NaN for a
+    policy that did not run there)."""
     out: dict[str, dict[str, float]] = {}
     for p in POLICIES:
+        if any(p not in r["summary"] for r in entry["runs"]):
+            out[p] = dict.fromkeys(("energy_cost_eur", "tardiness_cost_eur", "total_cost_eur",
+                                    "late_jobs", "preemptions"), math.nan)
+            continue
         rows = [r["summary"][p] for r in entry["runs"]]
         out[p] = {k: statistics.fmean(row[k] for row in rows)
                   for k in ("energy_cost_eur", "tardiness_cost_eur", "total_cost_eur")}
         out[p]["late_jobs"] = statistics.fmean(r["late_jobs"][p] for r in entry["runs"])
         out[p]["preemptions"] = statistics.fmean(r["preemptions"][p] for r in entry["runs"])
     return out
+
+
+def _num(x: float, spec: str) -> str:
+    """``x`` formatted, or a dash where the policy did not run (NaN)."""
+    return "–" if math.isnan(x) else format(x, spec)
 
 
 def tables(doc: dict[str, Any]) -> str:
@@ -167,11 +189,13 @@ def tables(doc: dict[str, Any]) -> str:
         ours = tot["andreas"]
 
         def red(ref: float, value: float) -> str:
-            return "–" if ref <= 0 else f"{100 * (ref - value) / ref:.1f} %"
+            if ref <= 0 or math.isnan(ref) or math.isnan(value):
+                return "–"
+            return f"{100 * (ref - value) / ref:.1f} %"
 
         lines.append(
             f"| s{e['case']} | {e['nodes']} | {e['jobs']} | {len(e['runs'])} | "
-            + " | ".join(f"{tot[p]:.2f}" for p in POLICIES) + " | "
+            + " | ".join(_num(tot[p], ".2f") for p in POLICIES) + " | "
             + " | ".join(red(tot[p], ours) for p in ("fifo", "edf", "ps")) + " | "
             + red(ours, tot["andreas-stable"]) + " |")
     lines += ["", "Energy only (mean, EUR), late jobs and preemptions (mean per run):", "",
@@ -182,9 +206,10 @@ def tables(doc: dict[str, Any]) -> str:
         m = mean_costs(e)
         lines.append(
             f"| s{e['case']} | {e['nodes']} | "
-            + " | ".join(f"{m[p]['energy_cost_eur']:.2f}" for p in POLICIES) + " | "
-            + "/".join(f"{m[p]['late_jobs']:.0f}" for p in POLICIES) + " | "
-            + f"{m['andreas']['preemptions']:.0f} / {m['andreas-stable']['preemptions']:.0f} |")
+            + " | ".join(_num(m[p]['energy_cost_eur'], ".2f") for p in POLICIES) + " | "
+            + "/".join(_num(m[p]['late_jobs'], ".0f") for p in POLICIES) + " | "
+            + f"{_num(m['andreas']['preemptions'], '.0f')} / "
+            + f"{_num(m['andreas-stable']['preemptions'], '.0f')} |")
     lines += ["", "Plan time per rescheduling point of andreas (first seed), ms "
               f"(MaxIt_RG = {doc['iterations']}; in-process, one core of a shared 2-core "
               "machine):", "", "| scenario | N | points | p50 | p99 | max |",
