@@ -16,10 +16,9 @@ from typing import Any
 from anyio import CapacityLimiter
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from scheduler_extender.auth import CallerAuth
+from scheduler_extender.auth import CallerAuth, send_error
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.routes import binding, health, metrics, preemption, scheduling
@@ -72,12 +71,8 @@ class SyncedGate:
             await self.app(scope, receive, send)
             return
         self.metrics.requests.labels(verb=verb, outcome="not_ready").inc()
-        body = to_json({"Error": "the extender's cluster state has not synced yet (nodes "
-                                 "and pods are being listed); retry"})
-        await send({"type": "http.response.start", "status": 503,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, 503, "the extender's cluster state has not synced yet (nodes "
+                                    "and pods are being listed); retry")
 
 
 def tune_gc() -> None:

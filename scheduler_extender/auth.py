@@ -155,13 +155,19 @@ class CallerAuth:
         if status == 0:
             await self.app(scope, receive, send)
             return
-        body = to_json({"Error": reason})
-        await send({
-            "type": "http.response.start", "status": status,
-            "headers": [(b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode())],
-        })  # fmt: skip
-        await send({"type": "http.response.body", "body": body})
+        await send_error(send, status, reason)
+
+
+async def send_error(send: Send, status: int, reason: str) -> None:
+    """Answer an ASGI request from a middleware with the extender's error shape: HTTP
+    ``status`` and the JSON body ``{"Error": reason}``."""
+    body = to_json({"Error": reason})
+    await send({
+        "type": "http.response.start", "status": status,
+        "headers": [(b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode())],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
 
 
 def uvicorn_options(

@@ -16,11 +16,11 @@ serialise the reply.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from scheduler_extender.binding import Binder, BindResult, PendingBind, RequestMemo
+from scheduler_extender.cache import BoundedCache
 from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.podspec import (
@@ -92,8 +92,8 @@ class Extender:
         self.memory_unit_mib = memory_unit_mib
         self.profiles = profiles or ProfileLayers()
         self.memo = RequestMemo()
-        self._parsed: dict[tuple[str, str], tuple[ColocationInputs, PodRequest | None]] = {}
-        self._parsed_lock = threading.Lock()
+        # (uid, resourceVersion) -> (profile layers, request): a filter's pod for its prioritize
+        self._parsed = BoundedCache(_PARSED_SIZE)
         self.decider = Decider(state, metrics, budget_ms, workers, memory_unit_mib)
         self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib,
                              profiles=self.profiles, colocation_policy=colocation_policy)
@@ -122,16 +122,14 @@ class Extender:
             ref = PodRef(ns, name, uid)
             inputs = self.profiles.snapshot()
             key = _version_key(pod, uid)
-            hit = self._parsed.get(key) if key is not None else None
+            hit: tuple[ColocationInputs, PodRequest | None] | None = (
+                self._parsed.get(key) if key is not None else None)
             if hit is not None and hit[0] == inputs:
                 preq = hit[1]
             else:
                 preq = parse_pod(pod, memory_unit_mib=self.memory_unit_mib, colocation=inputs)
-                if key is not None:
-                    with self._parsed_lock:  # preempt parses in the thread pool
-                        self._parsed[key] = (inputs, preq)
-                        if len(self._parsed) > _PARSED_SIZE:
-                            self._parsed.pop(next(iter(self._parsed)), None)
+                if key is not None:  # thread-safe: preempt parses in the thread pool
+                    self._parsed.put(key, (inputs, preq))
         except PodSpecError as exc:
             raise PodError(f"pod {_pod_label(pod)}: {exc}") from None
         self.memo.remember(ref, preq)
