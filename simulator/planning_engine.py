@@ -10,7 +10,8 @@ then the policy runs once.
 **Policies**: ``andreas`` (:func:`topology.planning.andreas.plan`: every submitted, unfinished
 job is re-planned; running jobs may move, resize or be preempted), ``andreas-stable`` (the
 same with a charge per move, :data:`STABLE_MOVE_PENALTY_EUR`) and ``fifo``, ``edf``, ``ps``
-(:func:`topology.planning.baselines.plan_queue`: never re-configure a started job).
+with Algorithm 1's configuration rule or, suffixed ``-fastest``, the fastest configuration that
+fits (:func:`topology.planning.baselines.plan_queue`: never re-configure a started job).
 
 **Jobs** progress one epoch per ``epoch_time_s[(model, g)]`` seconds on their configuration.
 The planner sees the epochs finished at the last snapshot (one per epoch, §V); a job stopped
@@ -39,10 +40,10 @@ from dataclasses import dataclass, field, replace
 from simulator import SimulationError
 from simulator.planning_workloads import ClusterNode, PlanningJob, PlanningWorkload
 from topology.planning.andreas import Placement, PlanJob, PlannerSettings, PlanNode, plan
-from topology.planning.baselines import ORDERS, plan_queue
+from topology.planning.baselines import METHODS, plan_queue
 from topology.planning.energy import node_cost_eur_per_h
 
-POLICIES = ("fifo", "edf", "ps", "andreas", "andreas-stable")
+POLICIES = (*METHODS, "andreas", "andreas-stable")
 #: ``andreas-stable``: Algorithm 1 with a charge per running job moved, resized or preempted
 #: (:attr:`PlannerSettings.move_penalty_eur`), so that a move must lower f_OBJ by more than
 #: that. 0.02 EUR is about two 5-minute intervals of a busy one-GPU V100 node at ARMIDA's
@@ -321,4 +322,4 @@ class PlanningSimulation:
                 start(j.id, where, now)
 
 
-assert set(ORDERS) | {"andreas", "andreas-stable"} == set(POLICIES)
+assert set(METHODS) | {"andreas", "andreas-stable"} == set(POLICIES)

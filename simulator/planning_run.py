@@ -41,7 +41,8 @@ def simulate_planning(
     Args:
         workload: a spec (:func:`simulator.planning_workloads.load_planning_workload`) or a
             :class:`PlanningWorkload`.
-        policies: names from ``fifo``, ``edf``, ``ps``, ``andreas`` (``"a,b"`` or a list).
+        policies: names from :data:`simulator.planning_engine.POLICIES` (``"a,b"`` or a
+            list).
         topology: every node's machine when the workload has no cluster of its own (then
             ``nodes`` of them); with a workload cluster, None.
         nodes: N for ``andreas-s1``/``-s2`` (default 10); the node count with ``topology``.

@@ -12,11 +12,12 @@ from typer.testing import CliRunner
 
 from gputopo_cli.main import app
 from simulator import SimulationError
-from simulator.planning_engine import PlanningSimulation
+from simulator.planning_engine import PlanningResult, PlanningSimulation
 from simulator.planning_run import simulate_planning
 from simulator.planning_workloads import load_planning_workload, scenario
 from topology import catalog
 from topology.planning.andreas import PlannerSettings
+from topology.planning.baselines import METHODS
 
 SUMMARY_KEYS = {"energy_cost_eur", "tardiness_cost_eur", "total_cost_eur", "makespan_s",
                 "plan_ms"}
@@ -95,9 +96,22 @@ def test_energy_is_accounted_per_node() -> None:
 
 def test_baselines_never_reconfigure_a_started_job() -> None:
     w = scenario(1, 4, seed=3, jobs=40)
-    for policy in ("fifo", "edf", "ps"):
+    for policy in METHODS:
         r = PlanningSimulation(w, policy).run()
         assert all(len(o.segments) == 1 for o in r.outcomes), policy
+
+
+def test_first_principle_baselines_spend_more_gpus_per_job() -> None:
+    """``-fastest`` gives a job the most GPUs that speed it up: on §V-B's second scenario it
+    runs jobs on more GPUs, and so draws more energy, than Algorithm 1's rule."""
+    w = scenario(2, 4, seed=1, jobs=40)
+    rule, fastest = (PlanningSimulation(w, p).run() for p in ("edf", "edf-fastest"))
+
+    def mean_gpus(r: PlanningResult) -> float:
+        return sum(s.gpus for s in r.segments) / len(r.segments)
+
+    assert mean_gpus(fastest) > mean_gpus(rule)
+    assert fastest.energy_cost_eur > rule.energy_cost_eur
 
 
 def test_scenarios_reduced(tmp_path: Path) -> None:
