@@ -33,13 +33,25 @@ RESULTS = Path(__file__).parent / "results"
 SIM = RESULTS / "sim"
 #: Each finished simulation's figures, so that an interrupted run resumes where it stopped.
 UNITS = Path(os.environ.get("GPUTOPO_BENCH_UNITS", "/tmp/gputopo-bench-planner"))
-POLICIES = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
+#: The policies of one simulation unit below N = 100 (the unit's name lists them).
+RUN = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
+#: The first-principle variants (fastest configuration, no energy model): a unit of their own
+#: (they plan in microseconds), so that adding them re-used the units of ``RUN`` already run.
+FASTEST = ["fifo-fastest", "edf-fastest", "ps-fastest"]
+#: Every policy in the tables.
+POLICIES = ["fifo", "edf", "ps", *FASTEST, "andreas", "andreas-stable"]
+BASELINES = ["fifo", "edf", "ps", *FASTEST]
 FULL = {10: [1, 2, 3], 50: [1], 100: [1]}
+#: The load sweep (§V-B does not give the arrival rate relative to capacity; ours is 1.0):
+#: (scenario, N, load) -> seeds.
+SWEEP = {(1, 10, 1.3): [1, 2, 3], (1, 10, 1.6): [1, 2, 3], (2, 10, 1.3): [1, 2, 3],
+         (2, 10, 1.6): [1, 2, 3], (2, 50, 1.3): [1]}
 #: From this N up, each policy is its own unit of work (and no outputs are written).
 SPLIT_AT = 100
 #: The policies run from N = 100 up: andreas-stable (our variant) only below, to keep the run
 #: to about an hour on 2 shared cores.
 POLICIES_AT_SPLIT = ["fifo", "edf", "ps", "andreas"]
+Task = tuple[str, int | None, int, list[str], int, str | None]
 QUICK = {4: [1], 10: [1]}
 #: ANDREAS Table III (EUR): the ARMIDA validation's measured and predicted energy cost.
 PAPER_ARMIDA = {"real_eur": 0.95111, "predicted_eur": 1.08438}
@@ -62,7 +74,7 @@ def _stats(res: list[Any]) -> dict[str, Any]:
     }
 
 
-def _unit(task: tuple[str, int | None, int, list[str], int, str | None]) -> dict[str, Any]:
+def _unit(task: Task) -> dict[str, Any]:
     """One simulation (run in a worker process): workload, N, seed, policies, MaxIt_RG and
     the output directory (None: write nothing)."""
     from simulator.planning_run import simulate_planning
@@ -84,6 +96,19 @@ def _unit(task: tuple[str, int | None, int, list[str], int, str | None]) -> dict
     return result
 
 
+def _merged(done: dict[int, dict[str, Any]], keys: list[tuple[int, int, float, int]],
+            key: tuple[int, int, float, int]) -> dict[str, Any]:
+    """The figures of every unit of one (scenario, N, load, seed), merged by policy."""
+    merged: dict[str, Any] = {"seed": key[3], "summary": {}, "late_jobs": {},
+                              "preemptions": {}, "plan_ms": {}}
+    for k, unit_key in enumerate(keys):
+        if unit_key == key:
+            for field in ("summary", "late_jobs", "preemptions", "plan_ms"):
+                merged[field].update({p: v for p, v in done[k][field].items()
+                                      if p in POLICIES})
+    return merged
+
+
 def run(quick: bool, workers: int) -> dict[str, Any]:
     """Every simulation of the benchmark, ``workers`` at a time (separate processes: each
     simulation is single-threaded, and the results do not depend on how many run at once).
@@ -101,27 +126,36 @@ def run(quick: bool, workers: int) -> dict[str, Any]:
     def dest(name: str) -> str | None:
         return str(base / name) if base else None
 
-    tasks: list[tuple[str, int | None, int, list[str], int, str | None]] = [
-        ("andreas-armida", None, 1, POLICIES, iterations, dest("andreas-armida"))]
-    keys: list[tuple[int, int, int]] = [(0, 0, 0)]
+    tasks: list[Task] = [("andreas-armida", None, 1, RUN, iterations, dest("andreas-armida")),
+                         ("andreas-armida", None, 1, FASTEST, iterations, None)]
+    keys: list[tuple[int, int, float, int]] = [(0, 0, 1.0, 0), (0, 0, 1.0, 0)]
     for case in (1, 2):
         for n, seeds in sizes.items():
             for seed in seeds:
                 if n >= SPLIT_AT:
-                    for p in POLICIES_AT_SPLIT:
-                        tasks.append((f"andreas-s{case}", n, seed, [p], iterations, None))
-                        keys.append((case, n, seed))
+                    units = [[p] for p in POLICIES_AT_SPLIT]
                 else:
-                    first = dest(f"andreas-s{case}-n{n}") if seed == seeds[0] else None
-                    tasks.append((f"andreas-s{case}", n, seed, POLICIES, iterations, first))
-                    keys.append((case, n, seed))
+                    units = [RUN]
+                for policies in [*units, FASTEST]:
+                    first = dest(f"andreas-s{case}-n{n}") if (
+                        seed == seeds[0] and policies is RUN) else None
+                    tasks.append((f"andreas-s{case}", n, seed, policies, iterations, first))
+                    keys.append((case, n, 1.0, seed))
+    sweep = {} if quick else SWEEP
+    for (case, n, load), seeds in sweep.items():
+        for seed in seeds:
+            for policies in (RUN if n < SPLIT_AT // 2 else POLICIES_AT_SPLIT, FASTEST):
+                tasks.append((f"andreas-s{case}:load={load}", n, seed, policies, iterations,
+                              None))
+                keys.append((case, n, load, seed))
     # longest first (N, then andreas before the baselines), so the pool ends together
     order = sorted(range(len(tasks)), key=lambda k: (-(tasks[k][1] or 0),
                                                      "andreas" not in tasks[k][3][0]))
     with ProcessPoolExecutor(max_workers=workers) as pool:
         done = dict(zip(order, pool.map(_unit, [tasks[k] for k in order]), strict=True))
-    out: dict[str, Any] = {"iterations": iterations, "scenarios": [], "armida": {}}
-    arm = done[0]
+    out: dict[str, Any] = {"iterations": iterations, "scenarios": [], "sweep": [],
+                           "armida": {}}
+    arm = _merged(done, keys, (0, 0, 1.0, 0))
     out["armida"] = {
         "summary": arm["summary"], "paper": PAPER_ARMIDA, "late_jobs": arm["late_jobs"],
         "preemptions": arm["preemptions"],
@@ -130,17 +164,13 @@ def run(quick: bool, workers: int) -> dict[str, Any]:
     }
     for case in (1, 2):
         for n, seeds in sizes.items():
-            runs = []
-            for seed in seeds:
-                merged: dict[str, Any] = {"seed": seed, "summary": {}, "late_jobs": {},
-                                          "preemptions": {}, "plan_ms": {}}
-                for k, key in enumerate(keys):
-                    if key == (case, n, seed):
-                        for field in ("summary", "late_jobs", "preemptions", "plan_ms"):
-                            merged[field].update(
-                                {p: v for p, v in done[k][field].items() if p in POLICIES})
-                runs.append(merged)
-            out["scenarios"].append({"case": case, "nodes": n, "jobs": 10 * n, "runs": runs})
+            runs = [_merged(done, keys, (case, n, 1.0, seed)) for seed in seeds]
+            out["scenarios"].append({"case": case, "nodes": n, "jobs": 10 * n, "load": 1.0,
+                                     "runs": runs})
+    for (case, n, load), seeds in sweep.items():
+        runs = [_merged(done, keys, (case, n, load, seed)) for seed in seeds]
+        out["sweep"].append({"case": case, "nodes": n, "jobs": 10 * n, "load": load,
+                             "runs": runs})
     return out
 
 
@@ -166,6 +196,13 @@ def _num(x: float, spec: str) -> str:
     return "–" if math.isnan(x) else format(x, spec)
 
 
+def _red(ref: float, value: float) -> str:
+    """(ref − value) / ref in percent, or a dash."""
+    if ref <= 0 or math.isnan(ref) or math.isnan(value):
+        return "–"
+    return f"{100 * (ref - value) / ref:.1f} %"
+
+
 def tables(doc: dict[str, Any]) -> str:
     """The Markdown tables printed at the end."""
     lines = ["ANDREAS Appendix B (ARMIDA, Table V): energy cost, EUR (paper, Table III: "
@@ -177,7 +214,8 @@ def tables(doc: dict[str, Any]) -> str:
         s = arm["summary"][p]
         lines.append(f"| {p} | {s['energy_cost_eur']:.3f} | {s['tardiness_cost_eur']:.3f} | "
                      f"{arm['late_jobs'][p]}/8 | {arm['preemptions'][p]} |")
-    lines += ["", "§V-B: mean total cost (energy + tardiness), EUR, and andreas's reduction "
+    lines += ["", "§V-B, baselines with Algorithm 1's configuration rule (cheapest on time, else "
+              "fastest): mean total cost (energy + tardiness), EUR, and andreas's reduction "
               "against each policy ((other − andreas) / other); seeds per N in "
               "benchmarks/results/planner.json", "",
               "| scenario | N | jobs | seeds | fifo € | edf € | ps € | andreas € | "
@@ -187,27 +225,55 @@ def tables(doc: dict[str, Any]) -> str:
         m = mean_costs(e)
         tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
         ours = tot["andreas"]
-
-        def red(ref: float, value: float) -> str:
-            if ref <= 0 or math.isnan(ref) or math.isnan(value):
-                return "–"
-            return f"{100 * (ref - value) / ref:.1f} %"
-
         lines.append(
             f"| s{e['case']} | {e['nodes']} | {e['jobs']} | {len(e['runs'])} | "
-            + " | ".join(_num(tot[p], ".2f") for p in POLICIES) + " | "
-            + " | ".join(red(tot[p], ours) for p in ("fifo", "edf", "ps")) + " | "
-            + red(ours, tot["andreas-stable"]) + " |")
+            + " | ".join(_num(tot[p], ".2f")
+                         for p in ("fifo", "edf", "ps", "andreas", "andreas-stable")) + " | "
+            + " | ".join(_red(tot[p], ours) for p in ("fifo", "edf", "ps")) + " | "
+            + _red(ours, tot["andreas-stable"]) + " |")
+    lines += ["", "§V-B, first-principle baselines (the fastest configuration the free GPUs "
+              "allow, no energy model): mean total cost, EUR, andreas's reduction against "
+              "each, and late jobs", "",
+              "| scenario | N | fifo-fastest € | edf-fastest € | ps-fastest € | andreas € | "
+              "vs fifo-fastest | vs edf-fastest | vs ps-fastest | late fifo/edf/ps-fastest |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for e in doc["scenarios"]:
+        m = mean_costs(e)
+        tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
+        lines.append(
+            f"| s{e['case']} | {e['nodes']} | "
+            + " | ".join(_num(tot[p], ".2f") for p in (*FASTEST, "andreas")) + " | "
+            + " | ".join(_red(tot[p], tot["andreas"]) for p in FASTEST) + " | "
+            + "/".join(_num(m[p]["late_jobs"], ".0f") for p in FASTEST) + " |")
+    if doc.get("sweep"):
+        lines += ["", "Load sweep (arrival rate × capacity; the tables above: 1.0): mean total "
+                  "cost, EUR, andreas's reduction against each baseline, and EDF's late jobs",
+                  "", "| scenario | N | load | seeds | fifo € | edf € | ps € | edf-fastest € | "
+                  "andreas € | andreas-stable € | vs fifo | vs edf | vs ps | vs edf-fastest | "
+                  "late edf / andreas |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for e in doc["sweep"]:
+            m = mean_costs(e)
+            tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
+            lines.append(
+                f"| s{e['case']} | {e['nodes']} | {e['load']} | {len(e['runs'])} | "
+                + " | ".join(_num(tot[p], ".2f") for p in
+                             ("fifo", "edf", "ps", "edf-fastest", "andreas", "andreas-stable"))
+                + " | " + " | ".join(_red(tot[p], tot["andreas"])
+                                     for p in ("fifo", "edf", "ps", "edf-fastest"))
+                + f" | {_num(m['edf']['late_jobs'], '.0f')} / "
+                + f"{_num(m['andreas']['late_jobs'], '.0f')} |")
+    shown = ("fifo", "edf", "ps", "andreas", "andreas-stable")
     lines += ["", "Energy only (mean, EUR), late jobs and preemptions (mean per run):", "",
-              "| scenario | N | " + " | ".join(f"{p} energy €" for p in POLICIES)
+              "| scenario | N | " + " | ".join(f"{p} energy €" for p in shown)
               + " | late fifo/edf/ps/andreas/stable | preemptions andreas / stable |",
-              "|---|---:|" + "---:|" * (len(POLICIES) + 2)]
+              "|---|---:|" + "---:|" * (len(shown) + 2)]
     for e in doc["scenarios"]:
         m = mean_costs(e)
         lines.append(
             f"| s{e['case']} | {e['nodes']} | "
-            + " | ".join(_num(m[p]['energy_cost_eur'], ".2f") for p in POLICIES) + " | "
-            + "/".join(_num(m[p]['late_jobs'], ".0f") for p in POLICIES) + " | "
+            + " | ".join(_num(m[p]['energy_cost_eur'], ".2f") for p in shown) + " | "
+            + "/".join(_num(m[p]['late_jobs'], ".0f") for p in shown) + " | "
             + f"{_num(m['andreas']['preemptions'], '.0f')} / "
             + f"{_num(m['andreas-stable']['preemptions'], '.0f')} |")
     lines += ["", "Plan time per rescheduling point of andreas (first seed), ms "
