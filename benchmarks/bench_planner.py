@@ -48,9 +48,10 @@ SWEEP = {(1, 10, 1.3): [1, 2, 3], (1, 10, 1.6): [1, 2, 3], (2, 10, 1.3): [1, 2, 
          (2, 10, 1.6): [1, 2, 3], (2, 50, 1.3): [1]}
 #: From this N up, each policy is its own unit of work (and no outputs are written).
 SPLIT_AT = 100
-#: The policies run from N = 100 up: andreas-stable (our variant) only below, to keep the run
-#: to about an hour on 2 shared cores.
-POLICIES_AT_SPLIT = ["fifo", "edf", "ps", "andreas"]
+#: The policies run from N = 100 up, each its own unit.
+POLICIES_AT_SPLIT = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
+#: The policies of the load sweep from N = 50 up (one unit; andreas-stable only below).
+SWEEP_LARGE = ["fifo", "edf", "ps", "andreas"]
 Task = tuple[str, int | None, int, list[str], int, str | None]
 QUICK = {4: [1], 10: [1]}
 #: ANDREAS Table III (EUR): the ARMIDA validation's measured and predicted energy cost.
@@ -144,7 +145,7 @@ def run(quick: bool, workers: int) -> dict[str, Any]:
     sweep = {} if quick else SWEEP
     for (case, n, load), seeds in sweep.items():
         for seed in seeds:
-            for policies in (RUN if n < SPLIT_AT // 2 else POLICIES_AT_SPLIT, FASTEST):
+            for policies in (RUN if n < SPLIT_AT // 2 else SWEEP_LARGE, FASTEST):
                 tasks.append((f"andreas-s{case}:load={load}", n, seed, policies, iterations,
                               None))
                 keys.append((case, n, load, seed))
@@ -221,30 +222,36 @@ def tables(doc: dict[str, Any]) -> str:
               "| scenario | N | jobs | seeds | fifo € | edf € | ps € | andreas € | "
               "andreas-stable € | vs fifo | vs edf | vs ps | stable vs andreas |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    def row(e: dict[str, Any], head: list[str], costs: tuple[str, ...],
+            against: tuple[str, ...], tail: list[str]) -> str:
+        """One table row: ``head`` cells, the mean total cost of ``costs``, andreas's
+        reduction against each of ``against``, then ``tail``."""
+        tot = {p: mean_costs(e)[p]["total_cost_eur"] for p in POLICIES}
+        return "| " + " | ".join(
+            [*head, *(_num(tot[p], ".2f") for p in costs),
+             *(_red(tot[p], tot["andreas"]) for p in against), *tail]) + " |"
+
+    def late(e: dict[str, Any], policies: tuple[str, ...]) -> str:
+        m = mean_costs(e)
+        return "/".join(_num(m[p]["late_jobs"], ".0f") for p in policies)
+
+    rule = ("fifo", "edf", "ps")
     for e in doc["scenarios"]:
         m = mean_costs(e)
-        tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
-        ours = tot["andreas"]
-        lines.append(
-            f"| s{e['case']} | {e['nodes']} | {e['jobs']} | {len(e['runs'])} | "
-            + " | ".join(_num(tot[p], ".2f")
-                         for p in ("fifo", "edf", "ps", "andreas", "andreas-stable")) + " | "
-            + " | ".join(_red(tot[p], ours) for p in ("fifo", "edf", "ps")) + " | "
-            + _red(ours, tot["andreas-stable"]) + " |")
+        lines.append(row(e, [f"s{e['case']}", str(e["nodes"]), str(e["jobs"]),
+                             str(len(e["runs"]))], (*rule, "andreas", "andreas-stable"), rule,
+                         [_red(m["andreas"]["total_cost_eur"],
+                               m["andreas-stable"]["total_cost_eur"])]))
     lines += ["", "§V-B, first-principle baselines (the fastest configuration the free GPUs "
               "allow, no energy model): mean total cost, EUR, andreas's reduction against "
               "each, and late jobs", "",
               "| scenario | N | fifo-fastest € | edf-fastest € | ps-fastest € | andreas € | "
               "vs fifo-fastest | vs edf-fastest | vs ps-fastest | late fifo/edf/ps-fastest |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    fastest = tuple(FASTEST)
     for e in doc["scenarios"]:
-        m = mean_costs(e)
-        tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
-        lines.append(
-            f"| s{e['case']} | {e['nodes']} | "
-            + " | ".join(_num(tot[p], ".2f") for p in (*FASTEST, "andreas")) + " | "
-            + " | ".join(_red(tot[p], tot["andreas"]) for p in FASTEST) + " | "
-            + "/".join(_num(m[p]["late_jobs"], ".0f") for p in FASTEST) + " |")
+        lines.append(row(e, [f"s{e['case']}", str(e["nodes"])], (*fastest, "andreas"), fastest,
+                         [late(e, fastest)]))
     if doc.get("sweep"):
         lines += ["", "Load sweep (arrival rate × capacity; the tables above: 1.0): mean total "
                   "cost, EUR, andreas's reduction against each baseline, and EDF's late jobs",
@@ -253,16 +260,10 @@ def tables(doc: dict[str, Any]) -> str:
                   "late edf / andreas |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for e in doc["sweep"]:
-            m = mean_costs(e)
-            tot = {p: m[p]["total_cost_eur"] for p in POLICIES}
-            lines.append(
-                f"| s{e['case']} | {e['nodes']} | {e['load']} | {len(e['runs'])} | "
-                + " | ".join(_num(tot[p], ".2f") for p in
-                             ("fifo", "edf", "ps", "edf-fastest", "andreas", "andreas-stable"))
-                + " | " + " | ".join(_red(tot[p], tot["andreas"])
-                                     for p in ("fifo", "edf", "ps", "edf-fastest"))
-                + f" | {_num(m['edf']['late_jobs'], '.0f')} / "
-                + f"{_num(m['andreas']['late_jobs'], '.0f')} |")
+            lines.append(row(e, [f"s{e['case']}", str(e["nodes"]), str(e["load"]),
+                                 str(len(e["runs"]))],
+                             (*rule, "edf-fastest", "andreas", "andreas-stable"),
+                             (*rule, "edf-fastest"), [late(e, ("edf", "andreas"))]))
     shown = ("fifo", "edf", "ps", "andreas", "andreas-stable")
     lines += ["", "Energy only (mean, EUR), late jobs and preemptions (mean per run):", "",
               "| scenario | N | " + " | ".join(f"{p} energy €" for p in shown)
