@@ -576,6 +576,13 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
                         key=lambda i: (-pressures[data[i].job.id], -data[i].weight, i))
     min_weight = min((d.weight for d in data), default=1.0)
     rng = random.Random(s.seed)
+    rand = rng.random
+    # per job: the swap probability π · ω_min / ω_j, and its cost if the plan leaves it waiting
+    # (ω τ, and ρ ω τ̂ − ... as Eq. 1 splits them), computed once instead of per iteration
+    swap_p = [s.swap_probability * min_weight / d.weight for d in data]
+    late_eur = [d.weight * max(0.0, now_s - d.due) for d in data]
+    worst_eur = [d.postponed_eur - late for d, late in zip(data, late_eur, strict=True)]
+    running = [d for d in data if d.current_node >= 0]
 
     best_f = math.inf
     best_changes = math.inf
@@ -599,8 +606,7 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
         order = running_first if incumbent else list(base_order)
         if randomised and s.swap_probability > 0:
             for k in range(len(order) - 1):
-                p = s.swap_probability * min_weight / data[order[k]].weight
-                if rng.random() < p:
+                if rand() < swap_p[order[k]]:
                     order[k], order[k + 1] = order[k + 1], order[k]
         free = [n.gpus for n in nodes]
         buckets = classes.buckets(free)
@@ -618,8 +624,8 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             if not d.ordered:
                 continue
             chosen: _Option | None = None
-            if randomised and s.alpha > 0 and rng.random() < s.alpha and len(d.draw) > 1:
-                r = rng.random() * d.draw_cum[-1]
+            if randomised and s.alpha > 0 and rand() < s.alpha and len(d.draw) > 1:
+                r = rand() * d.draw_cum[-1]
                 chosen = d.draw[min(bisect_right(d.draw_cum, r), len(d.draw) - 1)]
             if incumbent and d.stay is not None:
                 chosen = d.stay
@@ -645,19 +651,17 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
                 break
         if abandoned:
             continue
-        for d in data:  # running jobs left waiting are preempted
-            if assign[d.index] is None and d.current_node >= 0:
+        for d in running:  # running jobs left waiting are preempted
+            if assign[d.index] is None:
                 changes += 1
                 moves += d.move_eur
         first_total = sum(first_pi)
         worst = 0.0
         tard_total = tard
-        for d in data:
-            if assign[d.index] is None:
-                w = d.weight
-                late = max(0.0, now_s - d.due)
-                tard_total += w * late
-                worst += d.postponed_eur - w * late
+        for i, a in enumerate(assign):
+            if a is None:
+                tard_total += late_eur[i]
+                worst += worst_eur[i]
         f = tard_total + worst + first_total + moves
         if it == 0:
             greedy_terms = (tard_total, worst, first_total, moves)
