@@ -43,7 +43,14 @@ import yaml
 
 from simulator import SimulationError
 from topology.model import TopologyError
-from topology.planning.energy import BUILTIN_POWER, EnergyError, PowerProfile, gpu_model_key
+from topology.planning.energy import (
+    BUILTIN_POWER,
+    EnergyError,
+    EnergyPrice,
+    PowerProfile,
+    gpu_model_key,
+    node_cost_eur_per_h,
+)
 from topology.planning.profiles import (
     Config,
     ProfileDocument,
@@ -142,6 +149,39 @@ class PlanningWorkload:
             raise SimulationError(f"{self.name}: no power profile for GPU model {model!r}; add "
                                   "power: {" + model + ": {idle_w: W, gpu_w: W}} to the workload")
         return table[model]
+
+    def energy_floor_eur(self, price: EnergyPrice | None = None,
+                         cluster: tuple[ClusterNode, ...] | None = None) -> float:
+        """A lower bound of the energy cost of running every job to the end, EUR, under any
+        policy (a clairvoyant one included): each job on its cheapest configuration, charged
+        only its GPUs' share of a *fully busy* node, g · c_nG / G (the node's idle power split
+        over all G GPUs, which is as cheap as c_ng ever gets per GPU, since c_ng ≥ g · c_nG / G;
+        energy as ANDREAS Table I / §V-A). With no tardiness either, no policy's total cost
+        can be lower, which bounds the reduction any policy can reach against a baseline.
+
+        Args:
+            price: PUE and EUR/kWh (default: §V-A's).
+            cluster: the nodes, if the workload has none of its own.
+
+        Raises:
+            SimulationError: no cluster, or a job no node can run.
+        """
+        nodes = cluster if cluster is not None else self.cluster
+        if not nodes:
+            raise SimulationError(f"{self.name}: no cluster")
+        p = price or EnergyPrice()
+        per_gpu_s = {(n.gpu_model, n.gpus): node_cost_eur_per_h(self.power_for(n.gpu_model),
+                                                                n.gpus, p) / n.gpus / 3600.0
+                     for n in nodes}
+        floor = 0.0
+        for job in self.jobs:
+            costs = [job.epochs * job.epoch_time_s[(model, g)] * g * cost
+                     for (model, gmax), cost in per_gpu_s.items() for g in range(1, gmax + 1)
+                     if (model, g) in job.epoch_time_s]
+            if not costs:
+                raise SimulationError(f"job {job.id}: no node of the cluster can run it")
+            floor += min(costs)
+        return floor
 
     def to_json(self) -> dict[str, Any]:
         """The workload file form (``DIR/workload.json``; replays exactly)."""

@@ -218,3 +218,32 @@ def test_simulator_energy_equals_the_node_level_integral_of_its_segments() -> No
     power = {n.name: w.power_for(n.gpu_model) for n in w.cluster or ()}
     segs = [(s.node, s.gpus, s.start_s, s.end_s) for s in r.segments]
     assert node_energy_eur(segs, power, EnergyPrice()) == pytest.approx(r.energy_cost_eur)
+
+
+def test_energy_floor_hand_computed_and_below_every_policy() -> None:
+    """One job of 20 epochs on ARMIDA's nodes: the floor is its cheapest configuration charged
+    a fully busy node's per-GPU cost; on §V-B's scenarios no policy spends less energy."""
+    w = load_planning_workload("andreas-armida")
+    one = type(w)(w.name, w.jobs[:1], w.cluster, w.power)
+    job = one.jobs[0]
+    price = PlannerSettings().price
+    expected = min(
+        job.epochs * job.epoch_time_s[(n.gpu_model, g)] * g
+        * price.eur_per_hour(one.power_for(n.gpu_model).watts(n.gpus)) / n.gpus / 3600
+        for n in one.cluster or () for g in range(1, n.gpus + 1)
+        if (n.gpu_model, g) in job.epoch_time_s)
+    assert one.energy_floor_eur() == pytest.approx(expected)
+    # alone, the job pays its node's whole idle power: strictly more than the floor
+    assert one.energy_floor_eur() < PlanningSimulation(one, "fifo").run().energy_cost_eur
+    for case in (1, 2):
+        s = scenario(case, 4, seed=5, jobs=30)
+        floor = s.energy_floor_eur()
+        for policy in ("edf", "edf-fastest", "andreas"):
+            assert floor <= PlanningSimulation(
+                s, policy, settings=PlannerSettings(max_iterations=20)).run().energy_cost_eur
+
+
+def test_energy_floor_needs_a_cluster() -> None:
+    w = load_planning_workload("andreas-armida")
+    with pytest.raises(SimulationError, match="no cluster"):
+        type(w)(w.name, w.jobs, None, w.power).energy_floor_eur()
