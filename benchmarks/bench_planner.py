@@ -110,6 +110,15 @@ def _merged(done: dict[int, dict[str, Any]], keys: list[tuple[int, int, float, i
     return merged
 
 
+def _floor(workload: str, nodes: int, seeds: list[int]) -> float:
+    """Mean over ``seeds`` of the workload's energy floor, EUR (no policy costs less:
+    :meth:`simulator.planning_workloads.PlanningWorkload.energy_floor_eur`)."""
+    from simulator.planning_workloads import load_planning_workload
+
+    return statistics.fmean(load_planning_workload(workload, seed=s, nodes=nodes)
+                            .energy_floor_eur() for s in seeds)
+
+
 def run(quick: bool, workers: int) -> dict[str, Any]:
     """Every simulation of the benchmark, ``workers`` at a time (separate processes: each
     simulation is single-threaded, and the results do not depend on how many run at once).
@@ -167,11 +176,13 @@ def run(quick: bool, workers: int) -> dict[str, Any]:
         for n, seeds in sizes.items():
             runs = [_merged(done, keys, (case, n, 1.0, seed)) for seed in seeds]
             out["scenarios"].append({"case": case, "nodes": n, "jobs": 10 * n, "load": 1.0,
-                                     "runs": runs})
+                                     "runs": runs,
+                                     "energy_floor_eur": _floor(f"andreas-s{case}", n, seeds)})
     for (case, n, load), seeds in sweep.items():
         runs = [_merged(done, keys, (case, n, load, seed)) for seed in seeds]
         out["sweep"].append({"case": case, "nodes": n, "jobs": 10 * n, "load": load,
-                             "runs": runs})
+                             "runs": runs, "energy_floor_eur": _floor(
+                                 f"andreas-s{case}:load={load}", n, seeds)})
     return out
 
 
@@ -218,10 +229,13 @@ def tables(doc: dict[str, Any]) -> str:
     lines += ["", "§V-B, baselines with Algorithm 1's configuration rule (cheapest on time, else "
               "fastest): mean total cost (energy + tardiness), EUR, and andreas's reduction "
               "against each policy ((other − andreas) / other); seeds per N in "
-              "benchmarks/results/planner.json", "",
+              "benchmarks/results/planner.json. Floor: the energy no policy can go below "
+              "(every job on its cheapest configuration on fully busy nodes), and so the most "
+              "any policy could save against EDF", "",
               "| scenario | N | jobs | seeds | fifo € | edf € | ps € | andreas € | "
-              "andreas-stable € | vs fifo | vs edf | vs ps | stable vs andreas |",
-              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+              "andreas-stable € | vs fifo | vs edf | vs ps | stable vs andreas | stable vs edf | "
+              "floor € | floor vs edf |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def row(e: dict[str, Any], head: list[str], costs: tuple[str, ...],
             against: tuple[str, ...], tail: list[str]) -> str:
         """One table row: ``head`` cells, the mean total cost of ``costs``, andreas's
@@ -238,10 +252,11 @@ def tables(doc: dict[str, Any]) -> str:
     rule = ("fifo", "edf", "ps")
     for e in doc["scenarios"]:
         m = mean_costs(e)
+        edf, stable = m["edf"]["total_cost_eur"], m["andreas-stable"]["total_cost_eur"]
         lines.append(row(e, [f"s{e['case']}", str(e["nodes"]), str(e["jobs"]),
                              str(len(e["runs"]))], (*rule, "andreas", "andreas-stable"), rule,
-                         [_red(m["andreas"]["total_cost_eur"],
-                               m["andreas-stable"]["total_cost_eur"])]))
+                         [_red(m["andreas"]["total_cost_eur"], stable), _red(edf, stable),
+                          f"{e['energy_floor_eur']:.2f}", _red(edf, e["energy_floor_eur"])]))
     lines += ["", "§V-B, first-principle baselines (the fastest configuration the free GPUs "
               "allow, no energy model): mean total cost, EUR, andreas's reduction against "
               "each, and late jobs", "",
