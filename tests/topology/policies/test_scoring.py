@@ -5,6 +5,7 @@ Amaral's utility policies by utility)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -16,15 +17,17 @@ from topology import catalog
 from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.patterns import ring
 from topology.policies import amaral
-from topology.policies.bandwidth import preserved_bandwidth
-from topology.policies.base import GPUUsage, NodeState, NoFit, Request
+from topology.policies.bandwidth import pair_access_cost, preserved_bandwidth
+from topology.policies.base import Decision, GPUUsage, NodeState, NoFit, Request, SharedRequest
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import DEFAULT_POLICY as POLICY
 from topology.policies.scoring import (
     NodeScore,
     class_tables,
+    colocation_score,
     fragmentation,
     node_score,
+    quality,
     score_scale,
 )
 
@@ -113,6 +116,11 @@ def test_greedy_tables_above_the_exact_limit() -> None:
     assert not t.exact
     assert t.pb_max[n] == t.pb_min[n] == preserved_bandwidth(topo, list(range(n)))
     assert all(t.pb_max[k] >= t.pb_min[k] for k in range(n + 1))
+    assert len(t.pb_max) == len(t.pb_min) == n + 1  # one entry per subset size 0..n
+    some = [0, 1, 2, 9, 10, 17]
+    assert t.preserved(topo, some) == preserved_bandwidth(topo, some)  # no table: computed
+    assert fragmentation(topo, some, t) == pytest.approx(
+        1.0 - preserved_bandwidth(topo, some) / t.pb_max[len(some)])
     s = score(NodeState.whole(range(10)), Request(count=3), topo, "baseline")
     assert 0 <= s <= 10
 
@@ -255,3 +263,261 @@ def test_greedy_tables_are_exact_one_and_two_gpus_below_full(topo: Topology) -> 
     for k in range(n + 1):
         assert emin[k] - 1e-9 <= gmin[k] <= gmax[k] + 1e-9 <= emax[k] + 2e-9
     assert gmax[0] == gmax[1] == gmin[0] == gmin[1] == 0.0
+
+
+# ------------------------------------------------------------------ co-location slots
+def _shared_decision(
+    policy: str, rank: tuple[float, ...], *, threshold: float = 4e7, gain: float = 1.0
+) -> Decision:
+    """A real co-location decision of ``policy`` on an idle DGX, with its node-choice key,
+    threshold and the chosen set's throughput gain set to the case under test."""
+    from topology.colocation.profile import builtin_catalog
+
+    p = builtin_catalog()["resnet18:128"]
+    req = Request(count=1, shared=SharedRequest(p, p.gpu_memory_mib, name="new"))
+    d = place(policy, DGX, NodeState(), req)
+    c = d.colocation
+    assert c is not None
+    chosen = dataclasses.replace(c.chosen, throughput_gain=gain)
+    return dataclasses.replace(
+        d, colocation=dataclasses.replace(c, rank=rank, threshold=threshold, chosen=chosen))
+
+
+@pytest.mark.parametrize(("rank", "threshold", "quality"), [
+    ((0.0, 0.0), 4e7, 1.0),            # an idle GPU scores 10
+    ((1e6, 0.0), 4e7, 0.5),            # one c0 = threshold / 40 of sum C: half
+    ((4e6, 0.0), 4e7, 0.2),
+    ((4e6, 0.0), 8e7, 1 / 3),          # c0 follows the threshold
+    ((-5e6, 0.0), 4e7, 1.0),           # a negative key counts as 0
+    ((), 4e7, 1.0),                    # no key: as an idle GPU
+])
+def test_colocate_scores_by_the_sum_of_c_against_the_threshold(
+    rank: tuple[float, ...], threshold: float, quality: float
+) -> None:
+    s = colocation_score(_shared_decision("colocate", rank, threshold=threshold))
+    assert s.quality == pytest.approx(quality)
+    assert s.score == round(10 * quality)
+    assert s.kind == "colocation" and s.fragmentation == 0.0
+
+
+@pytest.mark.parametrize(("rank", "quality"), [
+    ((0.0,), 1.0), ((1.0,), 0.1), ((0.5,), 0.55), ((), 1.0),
+])
+def test_random_colocate_scores_1_to_10_from_its_random_rank(
+    rank: tuple[float, ...], quality: float
+) -> None:
+    s = colocation_score(_shared_decision("random-colocate", rank))
+    assert s.quality == pytest.approx(quality)
+    assert s.score == round(10 * quality)
+
+
+@pytest.mark.parametrize(("policy", "rank"), [
+    ("exclusive", (0.0,)), ("exclusive", (3.0, 500.0)), ("gputopo", ()),
+])
+def test_exclusive_and_a_keyless_gputopo_slot_score_10(
+    policy: str, rank: tuple[float, ...]
+) -> None:
+    s = colocation_score(_shared_decision(policy, rank, gain=0.0))
+    assert s.quality == 1.0 and s.score == 10
+
+
+@pytest.mark.parametrize(("rank", "gain", "quality"), [
+    ((0.0,), 0.0, 1.0),                 # tier 0: an isolated idle GPU
+    ((1.0, 0.0), 0.5, 0.8),             # tier 1: a worthwhile join, 7-9 by gain
+    ((1.0, 0.0), 2.0, 0.9),             # ... the gain clamped to 1
+    ((1.0, 0.0), -1.0, 0.7),            # ... and to 0
+    ((2.0, 0.0), 1.0, 0.6),             # tier 2: an idle GPU breaking a group, nothing lost
+    ((2.0, 100.0), 1.0, 0.45),          # ... 100 GB/s of PreservedBW lost
+    ((2.0, 300.0), 1.0, 0.375),
+    ((2.0,), 1.0, 0.6),                 # ... loss not given: none
+    ((3.0, 0.0), 0.5, 0.15),            # tier 3: a small-gain join, 1-2 by gain
+    ((3.0, 0.0), 4.0, 0.2),
+    ((5.0, 0.0), -2.0, 0.1),            # any higher tier as tier 3, gain clamped to 0
+])
+def test_gputopo_slots_score_by_tier(
+    rank: tuple[float, ...], gain: float, quality: float
+) -> None:
+    s = colocation_score(_shared_decision("gputopo", rank, gain=gain))
+    assert s.quality == pytest.approx(quality)
+    assert s.score == round(10 * quality)
+
+
+def test_gputopo_tiers_rank_nodes_in_order() -> None:
+    scores = [colocation_score(_shared_decision("gputopo", r, gain=g)).score
+              for r, g in (((0.0,), 1.0), ((1.0, 0.0), 0.0), ((2.0, 0.0), 1.0),
+                           ((3.0, 0.0), 1.0))]
+    assert scores == sorted(scores, reverse=True) and len(set(scores)) == 4
+
+
+def test_node_score_of_a_shared_slot_is_its_colocation_score() -> None:
+    d = _shared_decision("gputopo", (2.0, 100.0))
+    p = d.colocation
+    assert p is not None
+    req = Request(count=1, shared=SharedRequest(p.profile, p.memory_mib, name="new"))
+    assert node_score("gputopo", DGX, NodeState(), req, d, evaluator=EV) == NodeScore(
+        4, pytest.approx(0.45), 0.0, "colocation")  # type: ignore[arg-type]
+
+
+def test_colocation_score_refuses_a_whole_gpu_decision() -> None:
+    d = place(POLICY, DGX, NodeState(), Request(count=2))
+    with pytest.raises(ValueError, match="not a co-location decision"):
+        colocation_score(d)
+
+
+# ------------------------------------------------------------------ each rule against a reference
+#: Busy-GPU sets the reference checks below run over (idle, half, the NVLink pairs broken).
+BUSY = [(), (7,), (0, 1, 2, 3), (1, 3, 4, 6), (0, 2, 5), tuple(range(6))]
+NVLINK_ONLY = Topology.build(
+    "nv-only",
+    [GPU(i, deterministic_uuid("nv-only", i), "", "G", 16384, 0, frozenset()) for i in range(3)],
+    {(0, 1): 2, (0, 2): 1, (1, 2): 1}, PCIeLevel.PIX)
+
+
+def _max_pair_cost(topos: list[Topology]) -> float:
+    return max(pair_access_cost(t, a, b) for t in topos
+               for a, b in itertools.combinations(range(t.size), 2))
+
+
+@pytest.mark.parametrize("topo", [DGX, PCIE, A100], ids=lambda t: t.name)
+@pytest.mark.parametrize("busy", BUSY, ids=str)
+def test_node_score_is_the_documented_mix_of_quality_and_fragmentation(
+    topo: Topology, busy: tuple[int, ...]
+) -> None:
+    """``round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))``, the fragmentation being
+    ``1 − PB(free after) / max PB of any k GPUs`` (brute force over every k-subset)."""
+    state = NodeState.whole(busy)
+    for req in (Request(count=1), Request(count=2), Request(count=2, bandwidth_sensitive=True),
+                Request(count=0, core_percent=30)):
+        d = place(POLICY, topo, state, req)
+        s = node_score(POLICY, topo, state, req, d, evaluator=EV)
+        after = [g for g in state.free_gpus(topo) if g not in d.gpus]
+        best = max(preserved_bandwidth(topo, c)
+                   for c in itertools.combinations(range(topo.size), len(after)))
+        frag = 0.0 if len(after) <= 1 else 1.0 - preserved_bandwidth(topo, after) / best
+        assert s.fragmentation == pytest.approx(frag)
+        assert s.score == round(10 * (0.7 * s.quality + 0.3 * (1.0 - frag)))
+
+
+@pytest.mark.parametrize("topo", [DGX, PCIE, A100, NVLINK_ONLY], ids=lambda t: t.name)
+@pytest.mark.parametrize("busy", [*BUSY, (2,)], ids=str)
+def test_one_gpu_quality_is_the_cost_to_the_nearest_free_peer_over_the_largest(
+    topo: Topology, busy: tuple[int, ...]
+) -> None:
+    """Gaia Singular: the chosen GPU's access cost to its nearest other free GPU over the
+    class's largest pair cost (1 for the last free GPU); a fresh share gets half of it.
+    On ``NVLINK_ONLY`` every pair cost is below 1 (NVLink 0.5/NV#)."""
+    busy = tuple(b for b in busy if b < topo.size)
+    state = NodeState.whole(busy)
+    if len(busy) == topo.size:
+        return
+    worst = _max_pair_cost([topo])
+    for req, factor in ((Request(count=1), 1.0), (Request(count=0, core_percent=30), 0.5)):
+        d = place(POLICY, topo, state, req)
+        g = d.gpus[0]
+        others = [f for f in state.free_gpus(topo) if f != g]
+        nearest = min((pair_access_cost(topo, g, o) for o in others), default=worst)
+        s = node_score(POLICY, topo, state, req, d, evaluator=EV)
+        assert s.kind == ("singular" if factor == 1.0 else "share")
+        assert s.quality == pytest.approx(factor * nearest / worst)
+
+
+def test_one_gpu_next_to_a_double_nvlink_peer_scores_half_on_an_nvlink_only_node() -> None:
+    # GPU 2 busy: 0 and 1 are left, NV2 apart (cost 0.25), the largest pair cost is NV1's 0.5
+    s = score(NodeState.whole([2]), Request(count=1), NVLINK_ONLY)
+    q = node_score(POLICY, NVLINK_ONLY, NodeState.whole([2]), Request(count=1),
+                   place(POLICY, NVLINK_ONLY, NodeState.whole([2]), Request(count=1)),
+                   evaluator=EV).quality
+    assert q == pytest.approx(0.5) and s == round(10 * (0.7 * 0.5 + 0.3))
+
+
+@pytest.mark.parametrize(("used", "request_", "fill"), [
+    (GPUUsage(50, 4096), Request(count=0, core_percent=30, memory_mib=8192), 0.8),
+    (GPUUsage(10, 8192), Request(count=0, core_percent=10, memory_mib=4096), 12288 / 16160),
+    (GPUUsage(20, 0), Request(count=0, core_percent=30), 0.5),
+])
+def test_a_share_on_a_shared_gpu_scores_by_the_fuller_of_core_and_memory(
+    used: GPUUsage, request_: Request, fill: float
+) -> None:
+    """Gaia Fragment: ``0.5 + 0.5 · fill``, fill the larger of the core and memory fractions
+    in use after the share (the DGX-1's V100s have 16,160 MiB)."""
+    state = NodeState({2: used})
+    d = place(POLICY, DGX, state, request_)
+    assert d.gpus == (2,)
+    s = node_score(POLICY, DGX, state, request_, d, evaluator=EV)
+    assert s.kind == "share" and s.quality == pytest.approx(0.5 + 0.5 * fill)
+
+
+@pytest.mark.parametrize("topo", [DGX, PCIE, A100], ids=lambda t: t.name)
+@pytest.mark.parametrize("busy", BUSY[:-1], ids=str)
+def test_insensitive_quality_is_one_minus_the_preservedbw_lost_over_the_worst_loss(
+    topo: Topology, busy: tuple[int, ...]
+) -> None:
+    """MAPA Eq. 3: ``1 − (PB(free before) − PB(free after)) / max loss``, the max loss being
+    the most PreservedBW 2 GPUs take out of an idle node of the class (brute force)."""
+    req = Request(count=2, bandwidth_sensitive=False)
+    state = NodeState.whole(busy)
+    d = place(POLICY, topo, state, req)
+    free = state.free_gpus(topo)
+    loss = preserved_bandwidth(topo, free) - preserved_bandwidth(
+        topo, [f for f in free if f not in d.gpus])
+    full = preserved_bandwidth(topo, range(topo.size))
+    max_loss = full - min(preserved_bandwidth(topo, c)
+                          for c in itertools.combinations(range(topo.size), topo.size - 2))
+    s = node_score(POLICY, topo, state, req, d, evaluator=EV)
+    assert s.kind == "preserve" and s.quality == pytest.approx(1.0 - loss / max_loss)
+    assert score_scale(POLICY, [topo], req, EV).max_loss_gbps == pytest.approx(max_loss)
+
+
+def test_a_node_type_too_small_for_the_pod_does_not_change_the_scale() -> None:
+    """A class that cannot host the request (the 1-GPU box for a 4-GPU pod) adds nothing to
+    any yardstick; alone it leaves the sensitive and utility references unset."""
+    one = catalog.get("v100-1gpu")
+    for sensitive in (True, False):
+        req = Request(count=4, pattern=ring(4), bandwidth_sensitive=sensitive)
+        for policy in (POLICY, "topo-aware"):
+            both = score_scale(policy, [DGX, one], req, EV)
+            dgx = score_scale(policy, [DGX], req, EV)
+            assert both.classes == tuple(sorted((DGX.topology_class, one.topology_class)))
+            assert (both.effbw_gbps, both.max_loss_gbps, both.max_pair_cost,
+                    both.best_comm_cost) == (dgx.effbw_gbps, dgx.max_loss_gbps,
+                                             dgx.max_pair_cost, dgx.best_comm_cost)
+    alone = score_scale(POLICY, [one], Request(count=2, bandwidth_sensitive=True), EV)
+    assert alone.effbw_gbps is None and alone.max_loss_gbps == 0.0
+    assert score_scale("topo-aware", [one], Request(count=2), EV).best_comm_cost is None
+
+
+def test_the_scale_is_taken_over_every_class_of_the_call() -> None:
+    topos = [PCIE, DGX, A100]
+    sens = Request(count=4, pattern=ring(4), bandwidth_sensitive=True)
+    scale = score_scale(POLICY, topos, sens, EV)
+    assert scale.effbw_gbps == max(
+        place(POLICY, t, NodeState(), sens).effective_bandwidth_gbps for t in topos)
+    assert scale.max_pair_cost == _max_pair_cost(topos)
+    assert scale.best_comm_cost is None and scale.max_loss_gbps == 0.0
+    # the order the nodes come in does not matter
+    assert score_scale(POLICY, topos[::-1], sens, EV) == scale
+
+
+def test_a_sensitive_pod_scores_0_where_no_node_type_of_the_call_can_host_it() -> None:
+    one = catalog.get("v100-1gpu")
+    req = Request(count=2, bandwidth_sensitive=True)
+    d = place(POLICY, DGX, NodeState(), req)
+    scale = score_scale(POLICY, [one], req, EV)
+    s = node_score(POLICY, DGX, NodeState(), req, d, evaluator=EV, scale=scale)
+    assert s.kind == "bandwidth" and s.quality == 0.0
+
+
+def test_a_score_scale_needs_a_topology() -> None:
+    with pytest.raises(ValueError, match="at least one topology"):
+        score_scale(POLICY, [], Request(count=2), EV)
+
+
+def test_quality_alone_is_the_node_scores_quality_term() -> None:
+    """``quality`` called without the class tables or a scale takes this node's class's own."""
+    for busy, req in (((1, 3, 4, 6), Request(count=2, bandwidth_sensitive=False)),
+                      ((), Request(count=1)),
+                      ((0, 2), Request(count=2, bandwidth_sensitive=True))):
+        state = NodeState.whole(busy)
+        d = place(POLICY, DGX, state, req)
+        s = node_score(POLICY, DGX, state, req, d, evaluator=EV)
+        assert quality(POLICY, DGX, state, req, d, Evaluator()) == (s.quality, s.kind)
