@@ -521,3 +521,39 @@ def test_quality_alone_is_the_node_scores_quality_term() -> None:
         d = place(POLICY, DGX, state, req)
         s = node_score(POLICY, DGX, state, req, d, evaluator=EV)
         assert quality(POLICY, DGX, state, req, d, Evaluator()) == (s.quality, s.kind)
+
+
+@pytest.mark.parametrize("busy", [(1, 3, 4, 6), (0, 2, 5)], ids=str)
+def test_utility_quality_on_a_busy_node_is_half_communication_half_interference(
+    busy: tuple[int, ...]
+) -> None:
+    """Amaral Eq. 2 without fragmentation, ``(C + I) / 2``, where the GPUs already held cost
+    the pod some interference (I < 1)."""
+    req = Request(count=2, bandwidth_sensitive=True)
+    state = NodeState.whole(busy)
+    d = place("topo-aware", DGX, state, req)
+    t_star = score_scale("topo-aware", [DGX], req, EV).best_comm_cost
+    u = amaral.utility(DGX, state, req, d.mapping, best=t_star)
+    assert u.interference < 1.0
+    s = node_score("topo-aware", DGX, state, req, d, evaluator=EV)
+    assert s.kind == "utility"
+    assert s.quality == pytest.approx((u.communication + u.interference) / 2)
+
+
+def test_an_insensitive_pod_on_a_node_past_the_exact_tables() -> None:
+    """Above EXACT_TABLE_GPUS the PreservedBW before and after comes from the topology itself
+    (no subset table): the quality is still ``1 − loss / max loss``."""
+    n = 18
+    gpus = [GPU(i, deterministic_uuid("big", i), "", "G", 16384, i // 9, frozenset())
+            for i in range(n)]
+    topo = Topology.build("big", gpus, {(i, i + 1): 2 for i in range(n - 1)}, PCIeLevel.SYS)
+    req = Request(count=2, bandwidth_sensitive=False)
+    state = NodeState.whole(range(4))
+    d = place(POLICY, topo, state, req)
+    free = state.free_gpus(topo)
+    loss = preserved_bandwidth(topo, free) - preserved_bandwidth(
+        topo, [f for f in free if f not in d.gpus])
+    max_loss = score_scale(POLICY, [topo], req, EV).max_loss_gbps
+    s = node_score(POLICY, topo, state, req, d, evaluator=EV)
+    assert s.kind == "preserve" and max_loss > 0
+    assert s.quality == pytest.approx(1.0 - loss / max_loss)
