@@ -68,6 +68,7 @@ import math
 import os
 import platform
 import random
+import shlex
 import statistics
 import sys
 import threading
@@ -564,11 +565,14 @@ def binding_floor(gc: GpuCluster, size: Size, concurrency: int) -> dict[str, Any
 
 
 # ---------------------------------------------------------------------------- main
-def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[str, Any]:
-    """Every scenario on one fresh control plane of ``size``; see the module docstring."""
+def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
+             extender_args: Sequence[str] = ()) -> dict[str, Any]:
+    """Every scenario on one fresh control plane of ``size``; see the module docstring.
+    ``extender_args`` are added to the gputopo extender's command line."""
     t_start = time.monotonic()
     with ControlPlane() as cp, GpuCluster(cp) as gc, trivial_extender(cp) as (
             trivial_url, trivial_pid):
+        gc.extender.extra_args = list(extender_args)
         gc.start([(f"gpu-{i:03d}", MACHINE) for i in range(size.nodes)], scheduler=False)
         configs = {"gputopo": scheduler_config(gc.extender.url),
                    "trivial-extender": scheduler_config(trivial_url)}
@@ -680,12 +684,15 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool) -> dict[st
     }
 
 
-def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool) -> dict[str, Any]:
+def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool,
+        extender_args: Sequence[str] = ()) -> dict[str, Any]:
     load_before = os.getloadavg()
-    results = {size.label: run_size(size, repeats, timeout_s, probe) for size in sizes}
+    results = {size.label: run_size(size, repeats, timeout_s, probe, extender_args)
+               for size in sizes}
     return {
         "benchmark": "bench_scheduler",
         "sizes": results,
+        "extender_args": list(extender_args),
         "env": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
@@ -744,6 +751,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="skip the client-observed latency probe (timing proxy)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a run may take")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--extender-args", default="",
+                    help="extra command-line options of the gputopo extender, e.g. "
+                         "'--bind-concurrency 64' (split like a shell does)")
     ap.add_argument("--serve-trivial", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -756,7 +766,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown size(s) {', '.join(unknown) or '(none)'}; known: {', '.join(SIZES)}")
     if args.repeats < 1:
         ap.error("--repeats must be positive")
-    doc = run([SIZES[s] for s in labels], args.repeats, args.timeout, not args.no_probe)
+    doc = run([SIZES[s] for s in labels], args.repeats, args.timeout, not args.no_probe,
+              shlex.split(args.extender_args))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print("pods/s, median of the repeats")
