@@ -30,6 +30,7 @@ from topology.contract import (
     RESOURCE_GPU,
 )
 from topology.numa_alignment import (
+    POLICY_BEST_EFFORT,
     TOPOLOGY_MANAGER_POLICIES,
     KubeletConfig,
     PodDemand,
@@ -247,6 +248,42 @@ def kubelet_accepts(topology: Any, state: NodeState, request: Request, config: K
     return kubelet_hands_over(topology, state, request, config, gpus, demand)
 
 
+def assert_aligned_first(topo: Any, mask: int, free: frozenset[int],
+                         gpus: tuple[int, ...]) -> None:
+    """The device manager's ``devicesToAllocate``: the GPUs lie on the merged mask when its
+    free GPUs can hold them; when they cannot (a hint best-effort admits although it is not
+    preferred), every free GPU of the mask is among them and the rest come from elsewhere."""
+    on_mask = {g for g in range(topo.size) if mask >> (topo.gpus[g].numa_node or 0) & 1}
+    if len(on_mask & free) >= len(gpus):
+        assert set(gpus) <= on_mask
+    else:
+        assert on_mask & free <= set(gpus)
+
+
+def test_best_effort_mask_too_small_takes_its_gpus_first() -> None:
+    """Found by the property below: DGX A100 with GPUs 2 and 3 (NUMA 1) busy, 3 GPUs and
+    2 exclusive CPUs asked, best-effort. The merged hint is NUMA {1,3}, not preferred (its only
+    free GPUs are 0 and 1); best-effort admits it, the device manager hands over 0 and 1 and
+    one more GPU, and the extender predicts exactly that."""
+    config = KubeletConfig(POLICY_BEST_EFFORT, "container", "static")
+    demand = PodDemand(2, 2, 1)
+    state = MemoryState()
+    state.add_node("n", A100, kubelet=config)
+    from scheduler_extender.state import Allocation, PodRef
+
+    for g in (2, 3):
+        state.book.add(Allocation(PodRef("default", f"h{g}", f"h{g}"), "n", (g,), 0, 0), A100)
+    request = Request(3)
+    row = Decider(state).decide(Ask(request, "gputopo", demand=demand), [Candidate("n")])[0]
+    assert row.outcome.decision is not None
+    gpus = tuple(row.outcome.decision.gpus)
+    a = align(A100, state.node_state("n"), request, config, demand)
+    assert a.admitted and a.hint.mask is not None and not a.hint.preferred
+    assert {0, 1} < set(gpus) and len(gpus) == 3
+    assert_aligned_first(A100, a.hint.mask, a.eligible, gpus)
+    assert kubelet_accepts(A100, state.node_state("n"), request, config, demand, gpus)
+
+
 @st.composite
 def scenes(draw: st.DrawFn) -> tuple[Any, NodeState, Request, KubeletConfig, PodDemand]:
     topo = draw(st.sampled_from([DGX1, A100]))
@@ -308,7 +345,7 @@ def test_every_decision_is_one_the_kubelet_accepts(
     gpus = tuple(decision.gpus)
     assert set(gpus) <= a.eligible
     if a.hint.mask is not None and config.aligning:
-        assert all(a.hint.mask >> (topo.gpus[g].numa_node or 0) & 1 for g in gpus)
+        assert_aligned_first(topo, a.hint.mask, a.eligible, gpus)
     assert kubelet_accepts(topo, state.node_state("n"), request, config, demand, gpus)
     exact = decider.decide_exact(Ask(request, policy, demand=demand), decider.bind_view("n"))
     assert exact.decision is not None and exact.decision.gpus == decision.gpus
