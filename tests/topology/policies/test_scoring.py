@@ -557,3 +557,28 @@ def test_an_insensitive_pod_on_a_node_past_the_exact_tables() -> None:
     s = node_score(POLICY, topo, state, req, d, evaluator=EV)
     assert s.kind == "preserve" and max_loss > 0
     assert s.quality == pytest.approx(1.0 - loss / max_loss)
+
+
+def test_one_gpu_on_a_two_gpu_nvlink_node_scores_by_its_only_pair() -> None:
+    """The largest pair cost of a 2-GPU class is its one pair's (NV2: 0.25): the GPU whose
+    only peer is free is as far from it as the class allows."""
+    two = Topology.build(
+        "nv-pair",
+        [GPU(i, deterministic_uuid("nv-pair", i), "", "G", 16384, 0, frozenset())
+         for i in range(2)], {(0, 1): 2}, PCIeLevel.PIX)
+    assert class_tables(two).max_pair_cost == 0.25
+    req = Request(count=1)
+    s = node_score(POLICY, two, NodeState(), req, place(POLICY, two, NodeState(), req),
+                   evaluator=EV)
+    assert s.kind == "singular" and s.quality == 1.0
+
+
+def test_tables_are_exact_up_to_16_gpus() -> None:
+    gpus = [GPU(i, deterministic_uuid("sixteen", i), "", "G", 16384, i // 8, frozenset())
+            for i in range(16)]
+    topo = Topology.build("sixteen", gpus, {(i, i + 1): 1 for i in range(15)}, PCIeLevel.SYS)
+    t = class_tables(topo)
+    assert t.exact and t.pb_by_mask is not None
+    # the best 3 GPUs: three in a row, two NV1 pairs and one PCIe pair (25 + 25 + 12 GB/s)
+    assert t.pb_max[3] == pytest.approx(
+        max(preserved_bandwidth(topo, c) for c in itertools.combinations(range(16), 3)))
