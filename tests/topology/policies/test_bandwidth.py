@@ -10,12 +10,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from topology import catalog
+from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.patterns import ring
 from topology.policies.bandwidth import (
+    access_cost,
+    aggregated_bandwidth,
+    all_pairs,
     count_links,
     effbw_gputopo,
     effbw_mapa,
+    is_monotone_sample,
+    isclose,
     link_class,
+    pair_access_cost,
     preserved_bandwidth,
 )
 
@@ -90,3 +97,77 @@ def test_preserved_bandwidth_eq3() -> None:
     rest = [2, 3, 5, 6, 7]
     expected = sum(DGX.link_bandwidth(a, b) for a, b in itertools.combinations(rest, 2))
     assert preserved_bandwidth(DGX, rest) == expected
+
+
+def test_eq2_and_gputopo_v1_match_the_figures_the_module_quotes() -> None:
+    """The module docstring's numbers (MAPA Table 2's θ, gputopo-v1's fit): Eq. 2's 4-ring
+    (0,0,4) = 12.5 > (1,0,3) = 4.9; ring (3,1,0) 56.9 by gputopo-v1 against 68.7 by Eq. 2;
+    over the 23 points, RMSE 7.6 GB/s and at most 11.8 GB/s apart on NVLink-only ones."""
+    assert effbw_mapa(0, 0, 4) == pytest.approx(12.5, abs=0.05)
+    assert effbw_mapa(1, 0, 3) == pytest.approx(4.9, abs=0.05)
+    assert effbw_mapa(3, 1, 0) == pytest.approx(68.7, abs=0.05)
+    assert effbw_gputopo([BW[0]] * 3 + [BW[1]]) == pytest.approx(56.9, abs=0.05)
+    pts = _sound_points()
+    pred = [effbw_gputopo([BW[0]] * x + [BW[1]] * y + [BW[2]] * z) for x, y, z in pts]
+    ref = [effbw_mapa(*p) for p in pts]
+    rmse = math.sqrt(sum((a - b) ** 2 for a, b in zip(pred, ref, strict=True)) / len(pts))
+    assert f"{rmse:.1f}" == "7.6"
+    gap = max(abs(a - b) for p, a, b in zip(pts, pred, ref, strict=True) if p[2] == 0)
+    assert f"{gap:.1f}" == "11.8"
+
+
+def test_gputopo_v1_of_one_link_and_of_none() -> None:
+    """c · m^β · M_p(w): one edge of w GB/s predicts 0.7844 · w; no edge (one GPU) 0; equal
+    edges predict c · m^0.45 · w."""
+    assert effbw_gputopo([]) == 0.0
+    assert effbw_gputopo([50.0]) == pytest.approx(0.7844 * 50.0)
+    assert effbw_gputopo([25.0] * 4) == pytest.approx(0.7844 * 4**0.45 * 25.0)
+    # the power mean (p = -1.5) leans toward the slower link
+    mean = ((50.0**-1.5 + 12.0**-1.5) / 2) ** (1 / -1.5)
+    assert effbw_gputopo([50.0, 12.0]) == pytest.approx(0.7844 * 2**0.45 * mean)
+
+
+def _pair(nvlinks: int, level: PCIeLevel) -> Topology:
+    gpus = [GPU(i, deterministic_uuid("pair", i), "", "G", 16384, 0, frozenset())
+            for i in range(2)]
+    return Topology.build("pair", gpus, {(0, 1): nvlinks}, level)
+
+
+@pytest.mark.parametrize(("level", "cost"), [
+    (PCIeLevel.PIX, 1.0), (PCIeLevel.PXB, 2.0), (PCIeLevel.PHB, 3.0), (PCIeLevel.NODE, 4.0),
+    (PCIeLevel.SYS, 5.0),
+])
+def test_gaia_access_cost_of_a_pcie_pair_is_its_level(level: PCIeLevel, cost: float) -> None:
+    assert pair_access_cost(_pair(0, level), 0, 1) == cost
+    assert access_cost(_pair(0, level), [0, 1]) == cost
+
+
+@pytest.mark.parametrize("nvlinks", [1, 2, 4, 12])
+def test_gaia_access_cost_of_an_nvlink_pair_is_half_over_the_link_count(nvlinks: int) -> None:
+    """NVLinked pairs cost less than any PCIe path, whatever PCIe level is beneath them."""
+    assert pair_access_cost(_pair(nvlinks, PCIeLevel.SYS), 1, 0) == 0.5 / nvlinks
+
+
+def test_access_cost_and_aggbw_sum_over_every_pair() -> None:
+    # DGX-1 V100: 0-1 NV1, 0-3 NV2, 1-3 NV1 ... and 0-5 is PCIe across the sockets
+    gpus = [0, 1, 3]
+    assert all_pairs(gpus) == [(0, 1), (0, 3), (1, 3)]
+    assert all_pairs([5]) == [] and all_pairs([]) == []
+    assert access_cost(DGX, gpus) == pytest.approx(
+        sum(pair_access_cost(DGX, a, b) for a, b in [(0, 1), (0, 3), (1, 3)]))
+    assert access_cost(DGX, [4]) == 0.0
+    assert aggregated_bandwidth(DGX, [(0, 1), (0, 3)]) == (
+        DGX.link_bandwidth(0, 1) + DGX.link_bandwidth(0, 3))
+    assert aggregated_bandwidth(DGX, []) == 0.0
+    assert preserved_bandwidth(DGX, [2]) == 0.0
+
+
+def test_monotone_sample_and_isclose_tolerances() -> None:
+    assert is_monotone_sample([1.0, 1.0, 2.0]) and is_monotone_sample([]) and is_monotone_sample(
+        [3.0])
+    assert is_monotone_sample([1.0, 1.0 - 1e-10])  # within 1e-9: noise
+    assert not is_monotone_sample([1.0, 1.0 - 1e-8, 2.0])
+    assert not is_monotone_sample([2.0, 1.0])
+    assert isclose(1.0, 1.0 + 1e-10) and isclose(0.0, 1e-10)
+    assert not isclose(1.0, 1.0 + 1e-8) and not isclose(0.0, 1e-8)
+    assert isclose(1e6, 1e6 * (1 + 5e-10)) and not isclose(1e6, 1e6 * (1 + 5e-9))
