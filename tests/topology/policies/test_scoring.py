@@ -582,3 +582,57 @@ def test_tables_are_exact_up_to_16_gpus() -> None:
     # the best 3 GPUs: three in a row, two NV1 pairs and one PCIe pair (25 + 25 + 12 GB/s)
     assert t.pb_max[3] == pytest.approx(
         max(preserved_bandwidth(topo, c) for c in itertools.combinations(range(16), 3)))
+
+
+@pytest.mark.parametrize(("policy", "request_", "rule"), [
+    (POLICY, Request(count=2, bandwidth_sensitive=True), "bandwidth"),
+    (POLICY, Request(count=2, bandwidth_sensitive=False), "preserve"),
+    (POLICY, Request(count=1, bandwidth_sensitive=True), "singular"),
+    (POLICY, Request(count=1, bandwidth_sensitive=False), "singular"),
+    (POLICY, Request(count=0, core_percent=30), "share"),
+    ("topo-aware", Request(count=2, bandwidth_sensitive=True), "utility"),
+    ("topo-aware", Request(count=2, bandwidth_sensitive=False), "utility"),
+])
+def test_a_scale_sets_only_the_yardstick_of_the_requests_rule(
+    policy: str, request_: Request, rule: str
+) -> None:
+    """ScoreScale's documented fields: the EffBW reference only for a bandwidth-sensitive
+    multi-GPU pod, the worst PreservedBW loss only for an insensitive one, Amaral's t* only
+    for a multi-GPU pod under a utility policy; the pair cost always."""
+    scale = score_scale(policy, [DGX, PCIE], request_, Evaluator())
+    assert (scale.effbw_gbps is not None) == (rule == "bandwidth")
+    assert (scale.max_loss_gbps > 0) == (rule == "preserve")
+    assert (scale.best_comm_cost is not None) == (rule == "utility")
+    assert scale.max_pair_cost == _max_pair_cost([DGX, PCIE])
+
+
+def test_a_node_type_too_small_for_the_pod_listed_first_is_skipped_not_the_end() -> None:
+    one = catalog.get("v100-1gpu")
+    req = Request(count=4, pattern=ring(4), bandwidth_sensitive=True)
+    first = score_scale(POLICY, [one, DGX], req, Evaluator())
+    assert first.effbw_gbps == score_scale(POLICY, [DGX], req, EV).effbw_gbps
+
+
+def test_an_insensitive_pod_taking_a_whole_node_destroys_all_its_preservedbw() -> None:
+    """A class with exactly ``count`` GPUs is in the worst-loss reference: taking all 8 of an
+    idle DGX-1 loses everything, quality 0."""
+    req = Request(count=8, bandwidth_sensitive=False)
+    s = score(NodeState(), req)
+    q = node_score(POLICY, DGX, NodeState(), req, place(POLICY, DGX, NodeState(), req),
+                   evaluator=EV).quality
+    assert q == 0.0 and s == 3  # 0.7 · 0 + 0.3 · (1 − 0), nothing left to fragment
+
+
+def test_one_gpu_on_a_node_past_the_exact_tables_scores_by_its_nearest_peer() -> None:
+    n = 18
+    gpus = [GPU(i, deterministic_uuid("big", i), "", "G", 16384, i // 9, frozenset())
+            for i in range(n)]
+    topo = Topology.build("big", gpus, {(i, i + 1): 2 for i in range(n - 1)}, PCIeLevel.SYS)
+    state = NodeState.whole([g for g in range(n) if g not in (3, 4, 12)])
+    req = Request(count=1)
+    d = place(POLICY, topo, state, req)
+    s = node_score(POLICY, topo, state, req, d, evaluator=EV)
+    others = [g for g in (3, 4, 12) if g != d.gpus[0]]
+    nearest = min(pair_access_cost(topo, d.gpus[0], o) for o in others)
+    assert class_tables(topo).max_pair_cost == 5.0  # SYS
+    assert s.kind == "singular" and s.quality == pytest.approx(nearest / 5.0)
