@@ -636,3 +636,30 @@ def test_one_gpu_on_a_node_past_the_exact_tables_scores_by_its_nearest_peer() ->
     nearest = min(pair_access_cost(topo, d.gpus[0], o) for o in others)
     assert class_tables(topo).max_pair_cost == 5.0  # SYS
     assert s.kind == "singular" and s.quality == pytest.approx(nearest / 5.0)
+
+
+def test_a_utility_pod_as_large_as_the_node_has_a_reference() -> None:
+    """A class with exactly as many GPUs as the pattern has vertices gives Amaral's t*."""
+    two = Topology.build(
+        "nv-pair",
+        [GPU(i, deterministic_uuid("nv-pair", i), "", "G", 16384, 0, frozenset())
+         for i in range(2)], {(0, 1): 2}, PCIeLevel.PIX)
+    req = Request(count=2, bandwidth_sensitive=True)
+    pattern = req.effective_pattern()
+    assert score_scale("topo-aware", [two], req, Evaluator()).best_comm_cost == (
+        amaral.best_cost(two, 2, pattern.edges))
+
+
+def test_the_worst_node_scores_0_not_1() -> None:
+    """The score's floor is kube-scheduler's 0: quality 0 (no class of the call can host this
+    sensitive pod) and the two GPUs left linked far below the best pair (NV4 vs PCIe)."""
+    four = Topology.build(
+        "nv4-pair",
+        [GPU(i, deterministic_uuid("nv4-pair", i), "", "G", 16384, 0, frozenset())
+         for i in range(4)], {(0, 1): 4}, PCIeLevel.SYS)
+    req = Request(count=2, bandwidth_sensitive=True)
+    d = place(POLICY, four, NodeState(), req)
+    scale = score_scale(POLICY, [catalog.get("v100-1gpu")], req, Evaluator())
+    s = node_score(POLICY, four, NodeState(), req, d, evaluator=EV, scale=scale)
+    assert d.gpus == (0, 1) and s.quality == 0.0 and s.fragmentation > 5 / 6
+    assert s.score == 0
