@@ -230,3 +230,76 @@ def test_bind_reserves_before_it_waits_for_the_api() -> None:
             t.join(30)
     assert results == {"first": "", "second": ""}
     assert_consistent(state)
+
+
+class _BrokenAPI(MemoryState):
+    """A memory state whose bind (the API call) fails unexpectedly; with ``seen_bound`` the
+    watch has first shown the pod bound (a Binding whose reply was lost)."""
+
+    def __init__(self, nodes: dict[str, Any], *, seen_bound: bool) -> None:
+        super().__init__(nodes)
+        self.seen_bound = seen_bound
+
+    def bind(self, pod: Any, node: str, decision: Any) -> None:
+        if self.seen_bound:
+            super().bind(pod, node, decision)  # confirms the reservation
+        raise RuntimeError("connection reset")
+
+
+def test_an_unexpected_bind_failure_releases_only_an_unconfirmed_reservation() -> None:
+    """A bind that fails with something other than the API's refusal answers the error,
+    counts it as ``internal`` and rolls the reservation back — but never drops GPUs the
+    watch already shows the pod holding."""
+    from fastapi.testclient import TestClient
+
+    for seen_bound in (False, True):
+        state = _BrokenAPI({"n0": catalog.get("dgx1-v100")}, seen_bound=seen_bound)
+        app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0),
+                         state)
+        pod = gpu_pod("p", 2)
+        with TestClient(app) as client:
+            assert client.post("/filter", json=names_args(pod, ["n0"])).json()["NodeNames"] == [
+                "n0"]
+            reply = client.post("/bind", json=bind_args(pod, "n0")).json()
+            metrics = client.get("/metrics").text
+        assert reply["Error"] == "RuntimeError: connection reset"
+        assert 'gputopo_extender_bind_errors_total{reason="internal"} 1.0' in metrics
+        held = state.allocation("uid-p")
+        if seen_bound:
+            assert held is not None and held.confirmed and len(held.gpus) == 2
+        else:
+            assert held is None
+
+
+class _RefusingAPI(MemoryState):
+    """A memory state whose bind (the API call) is refused, or whose outcome is unknown."""
+
+    def __init__(self, nodes: dict[str, Any], *, maybe_written: bool) -> None:
+        super().__init__(nodes)
+        self.maybe_written = maybe_written
+
+    def bind(self, pod: Any, node: str, decision: Any) -> None:
+        from scheduler_extender.state import BindError
+
+        raise BindError("binding refused: conflict", maybe_written=self.maybe_written)
+
+
+def test_an_api_bind_failure_keeps_the_gpus_only_when_the_binding_may_have_been_written() -> None:
+    """The API's refusal is answered as the Error and counted as ``api``; the reservation is
+    rolled back, unless the outcome is unknown (the Binding may be there: the GPUs stay
+    reserved for the watch to confirm or drop)."""
+    from fastapi.testclient import TestClient
+
+    for maybe_written in (False, True):
+        state = _RefusingAPI({"n0": catalog.get("dgx1-v100")}, maybe_written=maybe_written)
+        app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0),
+                         state)
+        pod = gpu_pod("p", 2)
+        with TestClient(app) as client:
+            client.post("/filter", json=names_args(pod, ["n0"]))
+            reply = client.post("/bind", json=bind_args(pod, "n0")).json()
+            metrics = client.get("/metrics").text
+        assert reply["Error"] == "binding refused: conflict"
+        assert 'gputopo_extender_bind_errors_total{reason="api"} 1.0' in metrics
+        held = state.allocation("uid-p")
+        assert (held is not None and not held.confirmed) if maybe_written else held is None
