@@ -11,6 +11,7 @@ from topology.policies.bandwidth import aggregated_bandwidth, all_pairs, preserv
 from topology.policies.base import GPUUsage, NodeState, NoFit, Request
 from topology.policies.common import (
     MODEL_GPUTOPO,
+    MODEL_MAPA,
     candidate,
     effective_bandwidth,
     fits_share,
@@ -36,6 +37,10 @@ def test_candidate_scores_the_pattern_edges_and_what_it_leaves() -> None:
         aggregated_bandwidth(DGX, all_pairs([0, 1, 2, 4])))
     assert c.preserved_bandwidth_gbps == pytest.approx(preserved_bandwidth(DGX, [3, 5]))
     assert c.effective_bandwidth_gbps > 0
+    eq2 = candidate(DGX, free, mapping, ring(4), mapping, MODEL_MAPA)
+    assert eq2.effective_bandwidth_gbps == pytest.approx(
+        effective_bandwidth(DGX, edges, MODEL_MAPA))
+    assert eq2.effective_bandwidth_gbps != pytest.approx(c.effective_bandwidth_gbps)
     assert c.preserved_bandwidth_gbps > 0  # GPUs 3 and 5 are NVLinked on the DGX-1
 
 
@@ -53,6 +58,7 @@ def test_fractional_decision_fields() -> None:
     assert 3 not in free and d.preserved_bandwidth_gbps == pytest.approx(
         preserved_bandwidth(DGX, list(free)))
     assert d.reason == "" and d.runner_up is None
+    assert d.cpu_affinity == "0-19,40-59" and d.numa_nodes == (0,)  # GPU 3: socket 0
     idle = fractional_decision("gputopo", DGX, NodeState({}), request, 5)
     assert idle.preserved_bandwidth_gbps == pytest.approx(
         preserved_bandwidth(DGX, [g for g in range(8) if g != 5]))
