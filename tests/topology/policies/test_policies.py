@@ -109,12 +109,19 @@ def test_cache_relabels_uuids_per_node(policy: str) -> None:
     other = catalog.get("dgx1-v100")
     from dataclasses import replace
 
+    # the same class (CPU numbers are not part of it), other UUIDs and other CPU numbers
     twin = replace(other, name="twin", gpus=tuple(
-        replace(g, uuid=g.uuid.replace("GPU-", "GPU-0")) for g in other.gpus))
+        replace(g, uuid=g.uuid.replace("GPU-", "GPU-0"),
+                cpu_affinity=frozenset(c + 100 for c in g.cpu_affinity)) for g in other.gpus))
+    assert twin.topology_class == other.topology_class
     a = place(policy, other, NodeState(), Request(count=2))
     b = place(policy, twin, NodeState(), Request(count=2))
     assert a.gpus == b.gpus and a.uuids != b.uuids
     assert b.uuids == tuple(twin.gpus[g].uuid for g in b.gpus)
+    # the cached decision is re-labelled with the twin's own CPUs, on the same NUMA nodes
+    assert b.cpu_affinity != a.cpu_affinity and b.numa_nodes == a.numa_nodes
+    first = min(min(twin.gpus[g].cpu_affinity) for g in b.gpus)
+    assert b.cpu_affinity.startswith(str(first))
 
 
 @given(topologies(max_gpus=8), st.data())
