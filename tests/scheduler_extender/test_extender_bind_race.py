@@ -246,22 +246,26 @@ class _BrokenAPI(MemoryState):
         raise RuntimeError("connection reset")
 
 
+def _filter_then_bind(state: MemoryState) -> tuple[dict[str, Any], str]:
+    """Pod ``p`` (2 GPUs) filtered onto ``n0`` and bound there through the app over
+    ``state``: the bind reply and the metrics page after it."""
+    from fastapi.testclient import TestClient
+
+    app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0), state)
+    pod = gpu_pod("p", 2)
+    with TestClient(app) as client:
+        assert client.post("/filter", json=names_args(pod, ["n0"])).json()["NodeNames"] == ["n0"]
+        reply = client.post("/bind", json=bind_args(pod, "n0")).json()
+        return reply, client.get("/metrics").text
+
+
 def test_an_unexpected_bind_failure_releases_only_an_unconfirmed_reservation() -> None:
     """A bind that fails with something other than the API's refusal answers the error,
     counts it as ``internal`` and rolls the reservation back — but never drops GPUs the
     watch already shows the pod holding."""
-    from fastapi.testclient import TestClient
-
     for seen_bound in (False, True):
         state = _BrokenAPI({"n0": catalog.get("dgx1-v100")}, seen_bound=seen_bound)
-        app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0),
-                         state)
-        pod = gpu_pod("p", 2)
-        with TestClient(app) as client:
-            assert client.post("/filter", json=names_args(pod, ["n0"])).json()["NodeNames"] == [
-                "n0"]
-            reply = client.post("/bind", json=bind_args(pod, "n0")).json()
-            metrics = client.get("/metrics").text
+        reply, metrics = _filter_then_bind(state)
         assert reply["Error"] == "RuntimeError: connection reset"
         assert 'gputopo_extender_bind_errors_total{reason="internal"} 1.0' in metrics
         held = state.allocation("uid-p")
@@ -288,17 +292,9 @@ def test_an_api_bind_failure_keeps_the_gpus_only_when_the_binding_may_have_been_
     """The API's refusal is answered as the Error and counted as ``api``; the reservation is
     rolled back, unless the outcome is unknown (the Binding may be there: the GPUs stay
     reserved for the watch to confirm or drop)."""
-    from fastapi.testclient import TestClient
-
     for maybe_written in (False, True):
         state = _RefusingAPI({"n0": catalog.get("dgx1-v100")}, maybe_written=maybe_written)
-        app = create_app(ExtenderSettings(policy=POLICY, state="memory", eval_budget_ms=0),
-                         state)
-        pod = gpu_pod("p", 2)
-        with TestClient(app) as client:
-            client.post("/filter", json=names_args(pod, ["n0"]))
-            reply = client.post("/bind", json=bind_args(pod, "n0")).json()
-            metrics = client.get("/metrics").text
+        reply, metrics = _filter_then_bind(state)
         assert reply["Error"] == "binding refused: conflict"
         assert 'gputopo_extender_bind_errors_total{reason="api"} 1.0' in metrics
         held = state.allocation("uid-p")
