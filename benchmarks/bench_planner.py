@@ -1,9 +1,11 @@
-"""ANDREAS in simulation: the cost of FIFO, EDF, PS, ``andreas`` and ``andreas-stable`` on
-§V-B's two scenarios at N = 10, 50 and 100 nodes, Appendix B's ARMIDA run, and the planner's
-time per rescheduling point.
+"""ANDREAS in simulation: the cost of FIFO, EDF, PS (with ANDREAS' configuration rule and, as
+``-fastest``, with the fastest configuration), ``andreas`` and ``andreas-stable`` on §V-B's two
+scenarios at N = 10, 50 and 100 nodes, a load sweep, Appendix B's ARMIDA run, each workload's
+energy floor, and the planner's time per rescheduling point.
 
 For each scenario and N it runs ``gputopo simulate --workload andreas-s<case> --nodes N
---policies fifo,edf,ps,andreas,andreas-stable --seed S`` for a few seeds (N = 10: seeds 1-3,
+--policies fifo,edf,ps,andreas,andreas-stable --seed S`` (and the ``-fastest`` baselines) for a
+few seeds (N = 10: seeds 1-3,
 N = 50 and 100: seed 1; the paper reports averages over instances), several simulations at a
 time in separate processes (``--workers``), keeps the outputs of the first seed below N = 100
 under ``benchmarks/results/sim/andreas-s<case>-n<N>/`` and writes every figure to
@@ -40,7 +42,6 @@ RUN = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
 FASTEST = ["fifo-fastest", "edf-fastest", "ps-fastest"]
 #: Every policy in the tables.
 POLICIES = ["fifo", "edf", "ps", *FASTEST, "andreas", "andreas-stable"]
-BASELINES = ["fifo", "edf", "ps", *FASTEST]
 FULL = {10: [1, 2, 3], 50: [1], 100: [1]}
 #: The load sweep (§V-B does not give the arrival rate relative to capacity; ours is 1.0):
 #: (scenario, N, load) -> seeds.
