@@ -156,3 +156,22 @@ def test_workers_exit_when_the_extender_is_killed() -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"worker processes {workers} outlived their killed parent")
         time.sleep(0.1)
+
+
+def test_an_ample_budget_decides_every_node_of_one_shape_inline() -> None:
+    """Without workers, the request thread decides what its cost model says fits the time
+    left. Four 16-GPU nodes with one unusable GPU each (a different one): four groups of one
+    shape (same class, same number of busy GPUs), so after the first the model has a measured
+    estimate — milliseconds, far inside a 60 s budget — and decides the other three too:
+    nothing provisional, the scores an unbudgeted extender gives."""
+    names = [f"one-down-{i}" for i in range(4)]
+    state = MemoryState({n: catalog.get(BIG) for n in names})
+    for i, n in enumerate(names):
+        state.book.set_unhealthy(n, [i])
+    pod = gpu_pod("p", 3, annotations={"gputopo.io/pattern": "ring"})
+    patient = Extender(state, POLICY, Metrics(), budget_ms=60_000, workers=0)
+    patient.filter(ExtenderArgs.model_validate(names_args(pod, names)))
+    assert patient.metrics is not None and patient.metrics.provisional._value.get() == 0
+    got = patient.prioritize(ExtenderArgs.model_validate(names_args(pod, names)))
+    want = Extender(state, POLICY).prioritize(ExtenderArgs.model_validate(names_args(pod, names)))
+    assert got == want and all(p["Score"] > 0 for p in got)

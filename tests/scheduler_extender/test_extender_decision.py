@@ -3,12 +3,14 @@ allocations (what preemption asks) and a request the policy refuses, inline and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider
+from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, Outcome
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.state import MemoryState, PodRef
-from scheduler_extender.workers import Status, WorkerResult, remote_decide
+from scheduler_extender.workers import Job, Status, WorkerResult, remote_decide
 from topology import catalog
 from topology.patterns import ring
 from topology.policies.base import NodeState, Request
@@ -118,3 +120,99 @@ def test_prioritize_scores_every_node_class_on_one_scale() -> None:
     dgx, pcie, a100_row = decider.decide(ask, names, scored=True)
     assert a100_row.score == 0 and dgx.score == 10
     assert pcie.score is not None and pcie.score < 10
+
+
+def test_a_node_the_policy_refuses_on_a_worker_fails_with_the_policy_reason() -> None:
+    """A share asked of a 16-GPU node whose GPUs are all held whole passes the precheck (a
+    share's precheck reads only GPU memory) and goes to a worker (no cost estimate yet for a
+    16-GPU shape): the worker's no-fit must come back as a failed node with the policy's
+    reason, not as a node that passes."""
+    big = catalog.get("mapa-cubemesh-16")
+    state = MemoryState({"big": big})
+    holder = PodRef("default", "holder", "uid-holder")
+    state.reserve(holder.key, "big", place("baseline", big, NodeState(), Request(16)),
+                  pod=holder)
+    decider = Decider(state, Metrics(), budget_ms=60_000, workers=1)
+    try:
+        ask = Ask(Request(0, core_percent=50), "gputopo", pod_uid="u")
+        (row,) = decider.decide(ask, [Candidate("big")])
+        assert row.outcome.decision is None and not row.outcome.passes
+        assert not row.outcome.provisional and not row.outcome.unresolvable
+        # the policy's own words: what the same decision made in this thread says
+        (inline,) = Decider(state).decide(ask, [Candidate("big")])
+        assert row.outcome.reason == inline.outcome.reason != ""
+        # the same outcome again, from the cache the worker's result filled
+        (again,) = decider.decide(ask, [Candidate("big")])
+        assert again.outcome == row.outcome
+    finally:
+        decider.close()
+
+
+def test_a_job_that_ended_without_an_outcome_is_decided_again_here() -> None:
+    """A queued job another call claimed and decided in its own thread ends with no outcome
+    when that decision raised (``WorkerPool.complete(job, None)``); a call that waited on the
+    job must then decide the node itself — here, exactly as a decider without a budget."""
+    state, _ = busy_cluster()
+    decider = Decider(state)
+    request = Request(4, pattern=ring(4))
+    view = state.node_view("idle")
+    job = Job(("gputopo", view.group, 0), (), None)
+    job.done.set()  # finished, result None, error None
+    got = decider._take("gputopo", view, request, 0, job)
+    assert isinstance(got, Outcome) and got.decision is not None
+    (want,) = Decider(state).decide(Ask(request, "gputopo"), [Candidate("idle")])
+    assert got == want.outcome
+
+
+class FinishedAtOncePool:
+    """A worker pool that runs each job as it is submitted, in this thread: every job is
+    already done when the decider looks at it (what a fast worker sometimes does first)."""
+
+    def new_call(self) -> int:
+        return 0
+
+    def queued(self, key: object) -> Job | None:
+        return None
+
+    def submit(self, call: int, position: int, key: object, args: tuple[object, ...],
+               on_result: Callable[[WorkerResult], object], *, reprioritize: bool) -> Job:
+        job = Job(key, args, on_result)
+        job.result = on_result(remote_decide(*args))  # type: ignore[arg-type]
+        job.done.set()
+        return job
+
+    def stop(self) -> None:
+        pass
+
+
+def test_jobs_done_before_the_decider_looks_give_every_node_its_outcome() -> None:
+    """Two 16-GPU nodes (their decisions go to the workers) whose jobs are both finished by
+    the time the decider reads them: each node gets its own worker outcome, the ones a
+    decider without a budget gives."""
+    big = catalog.get("mapa-cubemesh-16")
+    state = MemoryState({"a": big, "b": big})
+    state.book.set_unhealthy("b", [0])
+    decider = Decider(state, Metrics(), budget_ms=60_000, workers=0)
+    decider.workers = FinishedAtOncePool()  # type: ignore[assignment]
+    ask = Ask(Request(3, pattern=ring(3)), "gputopo", pod_uid="u")
+    rows = decider.decide(ask, [Candidate("a"), Candidate("b")], scored=True)
+    want = Decider(state).decide(ask, [Candidate("a"), Candidate("b")], scored=True)
+    assert [(r.name, r.outcome, r.score) for r in rows] == [
+        (r.name, r.outcome, r.score) for r in want]
+    assert all(r.outcome.decision is not None for r in rows)
+
+
+def test_prioritize_decides_small_nodes_in_its_own_time_without_workers() -> None:
+    """Prioritize without a filter before it (the cache empty), a budget, no workers: an
+    8-GPU node decides in about a millisecond, so it is decided inline and scored, not left
+    provisional (0)."""
+    state = MemoryState({"a": DGX, "b": DGX})
+    state.book.set_unhealthy("b", [0])
+    decider = Decider(state, Metrics(), budget_ms=60_000, workers=0)
+    ask = Ask(Request(2, pattern=ring(2)), "gputopo", pod_uid="u")
+    rows = decider.decide(ask, [Candidate("a"), Candidate("b")], verb="prioritize",
+                          scored=True)
+    want = Decider(state).decide(ask, [Candidate("a"), Candidate("b")], scored=True)
+    assert [r.score for r in rows] == [r.score for r in want] and all(
+        r.score for r in rows)
+    assert not any(r.outcome.provisional for r in rows)
