@@ -299,3 +299,114 @@ def test_an_api_bind_failure_keeps_the_gpus_only_when_the_binding_may_have_been_
         assert 'gputopo_extender_bind_errors_total{reason="api"} 1.0' in metrics
         held = state.allocation("uid-p")
         assert (held is not None and not held.confirmed) if maybe_written else held is None
+
+
+class _ConflictingReserve(MemoryState):
+    """A memory state whose reservation always finds a GPU taken (two binds raced past the
+    node lock, as two extender replicas could)."""
+
+    def reserve(self, pod_key: str, node: str, decision: Any, *, pod: Any) -> None:
+        from scheduler_extender.state import ReservationConflict
+
+        raise ReservationConflict(f"GPU {decision.gpus[0]} on {node} is taken")
+
+
+def _refusals_extender(state: MemoryState) -> Extender:
+    from scheduler_extender.metrics import Metrics
+
+    return Extender(state, POLICY, Metrics())
+
+
+def _counted(ext: Extender, kind: str) -> float:
+    assert ext.metrics is not None
+    return float(ext.metrics.bind_errors.labels(reason=kind)._value.get())
+
+
+def test_every_bind_refusal_answers_its_reason_counts_its_kind_and_holds_nothing() -> None:
+    """Each way a bind is refused gives the reason as the Error (never an empty one, which
+    kube-scheduler reads as bound), the failure class in the result and in
+    ``gputopo_extender_bind_errors_total{reason}``, and leaves nothing reserved for the pod;
+    a bind that succeeds counts a decision of its policy."""
+    from scheduler_extender.decision import BadRequest
+    from scheduler_extender.state import PodRef
+
+    dgx = catalog.get("dgx1-v100")
+
+    def ref(pod: dict[str, Any], uid: str | None = None) -> PodRef:
+        meta = pod["metadata"]
+        return PodRef(meta["namespace"], meta["name"], meta["uid"] if uid is None else uid)
+
+    # bound, then bound again: already-bound, naming the node and the GPUs
+    state = MemoryState({"n0": dgx, "n1": dgx})
+    ext = _refusals_extender(state)
+    pod = gpu_pod("p", 2)
+    _filter(ext, pod, ["n0"])
+    ok = ext.binder.bind(ref(pod), "n0")
+    assert ok.ok and ok.kind == "" and ok.decision is not None
+    assert ext.metrics is not None
+    assert ext.metrics.decisions.labels(policy=ok.decision.policy)._value.get() == 1
+    gpus = ",".join(str(g) for g in ok.decision.gpus)
+    again = ext.binder.bind(ref(pod), "n1")
+    assert again.error == f"pod {ref(pod)} is already bound to n0 (GPUs {gpus})"
+    assert again.kind == "already-bound" and _counted(ext, "already-bound") == 1
+    # the live pod of that name has another UID: uid-mismatch
+    other = ext.binder.bind(ref(pod, "someone-else"), "n0")
+    assert other.error == "PodUID someone-else does not match the live pod's UID uid-p"
+    assert other.kind == "uid-mismatch" and _counted(ext, "uid-mismatch") == 1
+    # never filtered, and the memory backend cannot fetch it: unknown-pod
+    stranger = ext.binder.bind(PodRef("default", "stranger", "uid-s"), "n0")
+    assert "unknown to the extender" in stranger.error
+    assert stranger.kind == "unknown-pod" and _counted(ext, "unknown-pod") == 1
+    # the planner placed it on n1: planned-elsewhere
+    planned = gpu_pod("planned", 1, annotations={"gputopo.io/planned-node": "n1"})
+    _filter(ext, planned, ["n0", "n1"])
+    there = ext.binder.bind(ref(planned), "n0")
+    assert there.error.startswith("the gputopo planner placed this pod on node n1, not here")
+    assert there.kind == "planned-elsewhere" and _counted(ext, "planned-elsewhere") == 1
+    assert state.allocation("uid-planned") is None
+
+    # the policy refuses the request at bind: bad-pod, with the policy's words
+    bad = gpu_pod("bad", 1)
+    _filter(ext, bad, ["n1"])
+
+    def refuse(ask: Any, view: Any) -> Any:
+        raise BadRequest("unknown job profile 'lenet'")
+
+    ext.binder.decider.decide_exact = refuse  # type: ignore[method-assign]
+    refused = ext.binder.bind(ref(bad), "n1")
+    assert refused.error == "unknown job profile 'lenet'"
+    assert refused.kind == "bad-pod" and _counted(ext, "bad-pod") == 1
+    assert state.allocation("uid-bad") is None
+
+    # a reservation racing another: conflict
+    racing = _ConflictingReserve({"n0": dgx})
+    ext = _refusals_extender(racing)
+    pod = gpu_pod("r", 1)
+    _filter(ext, pod, ["n0"])
+    lost = ext.binder.bind(ref(pod), "n0")
+    assert lost.error.startswith("cannot reserve: GPU ") and lost.error.endswith(" on n0 is taken")
+    assert lost.kind == "conflict" and _counted(ext, "conflict") == 1
+    assert racing.allocations() == []
+
+
+def test_a_second_bind_while_the_first_awaits_confirmation_is_refused_as_in_flight() -> None:
+    """The API's answer to the first bind is unknown (the GPUs stay reserved): a second bind
+    of the pod is refused as ``in-flight``, naming the node and GPUs held, and does not
+    decide again."""
+    state = _RefusingAPI({"n0": catalog.get("dgx1-v100")}, maybe_written=True)
+    ext = _refusals_extender(state)
+    pod = gpu_pod("p", 2)
+    _filter(ext, pod, ["n0"])
+    from scheduler_extender.state import PodRef
+
+    first = ext.binder.bind(PodRef("default", "p", "uid-p"), "n0")
+    assert first.kind == "api"
+    held = state.allocation("uid-p")
+    assert held is not None and not held.confirmed
+    gpus = ",".join(str(g) for g in held.gpus)
+    second = ext.binder.bind(PodRef("default", "p", "uid-p"), "n0")
+    assert second.error == (
+        f"a bind of pod {PodRef('default', 'p', 'uid-p')} to n0 (GPUs {gpus}) is in flight "
+        "or awaiting the watch's confirmation; not deciding again")
+    assert second.kind == "in-flight" and _counted(ext, "in-flight") == 1
+    assert state.allocation("uid-p") == held

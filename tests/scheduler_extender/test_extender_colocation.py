@@ -221,6 +221,42 @@ def test_user_profiles_file_is_read_and_reread(tmp_path: Path) -> None:
     assert layers.snapshot().user is not None and layers.problems()
 
 
+class _FetchingState(MemoryState):
+    """A memory state that can fetch the pods it was given (as the Kubernetes backend reads
+    a pod no filter call was seen for)."""
+
+    def __init__(self, nodes: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        super().__init__(nodes)
+        self.pods = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+
+    def fetch_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get((namespace, name))
+
+
+def test_a_shared_pod_bound_without_a_filter_reads_the_extenders_profile_layers(
+    tmp_path: Path,
+) -> None:
+    """Bind fetches a pod no filter call was seen for and parses it with the extender's own
+    profile layers: the profile comes from the user's file, not from the shipped catalog
+    (which has another one of that name)."""
+    f = tmp_path / "profiles.yaml"
+    f.write_text("apiVersion: gputopo.io/v1\nkind: ColocationProfiles\nmetadata: {name: m}\n"
+                 "profiles:\n  bert:32: {iteration_s: 0.2, kernel_occupancy: 2e6, "
+                 "mem_bandwidth_util: 1e6, gpu_memory_mib: 5000}\n")
+    pod = shared_pod("a", "bert:32")
+    shipped = parse_pod(pod)
+    assert shipped is not None and shipped.request.shared is not None
+    assert shipped.request.shared.memory_mib != 5000  # the shipped catalog's own profile
+    state = _FetchingState({"one": ONE}, [pod])
+    ext = Extender(state, "gputopo", profiles=ProfileLayers(user_file=f))
+    out = ext.bind(ExtenderBindingArgs.model_validate(bind_args(pod, "one")))
+    assert out == {"Error": ""}
+    rec = state.bound_pod("default", "a")
+    assert rec is not None and json.loads(rec.annotations[ANN_COLOCATION])[
+        "profile_source"] == "user"
+    assert rec.annotations[ANN_VGPU_MEMORY] == "5000"
+
+
 # ------------------------------------------------------------------ accounting
 
 

@@ -154,6 +154,10 @@ def test_guaranteed_cpus_make_restricted_reject_a_pod_spanning_nodes() -> None:
     reply = filter_names(ext, guaranteed, ["r"])
     assert "not preferred" in reply["FailedNodes"]["r"] and "4 exclusive CPUs" in \
         reply["FailedNodes"]["r"]
+    # bind decides with the pod's CPUs too (kube-scheduler may bind without this filter)
+    out = ext.bind(ExtenderBindingArgs.model_validate(bind_args(guaranteed, "r")))
+    assert out["Error"] == f"cannot bind: {reply['FailedNodes']['r']}"
+    assert state.allocation("uid-g") is None
     frac = {RESOURCE_GPU: "5", "cpu": "3500m", "memory": "8Gi"}
     burst = gpu_pod("f", resources={"limits": frac, "requests": dict(frac)})
     assert filter_names(ext, burst, ["r"])["NodeNames"] == ["r"]
