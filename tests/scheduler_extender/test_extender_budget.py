@@ -160,18 +160,21 @@ def test_workers_exit_when_the_extender_is_killed() -> None:
 
 def test_an_ample_budget_decides_every_node_of_one_shape_inline() -> None:
     """Without workers, the request thread decides what its cost model says fits the time
-    left. Four 16-GPU nodes with one unusable GPU each (a different one): four groups of one
+    left. Five 16-GPU nodes with one unusable GPU each (a different one): five groups of one
     shape (same class, same number of busy GPUs), so after the first the model has a measured
-    estimate — milliseconds, far inside a 60 s budget — and decides the other three too:
-    nothing provisional, the scores an unbudgeted extender gives."""
-    names = [f"one-down-{i}" for i in range(4)]
+    estimate — milliseconds, far inside a 60 s budget — and filter decides the other three
+    of its four too: nothing provisional, the scores an unbudgeted extender gives."""
+    names = [f"one-down-{i}" for i in range(5)]
     state = MemoryState({n: catalog.get(BIG) for n in names})
     for i, n in enumerate(names):
         state.book.set_unhealthy(n, [i])
     pod = gpu_pod("p", 3, annotations={"gputopo.io/pattern": "ring"})
     patient = Extender(state, POLICY, Metrics(), budget_ms=60_000, workers=0)
-    patient.filter(ExtenderArgs.model_validate(names_args(pod, names)))
+    patient.filter(ExtenderArgs.model_validate(names_args(pod, names[:4])))
     assert patient.metrics is not None and patient.metrics.provisional._value.get() == 0
+    # prioritize learns nothing itself, but it uses what filter measured: the fifth node,
+    # which filter never saw, is of a measured shape and is decided too
     got = patient.prioritize(ExtenderArgs.model_validate(names_args(pod, names)))
     want = Extender(state, POLICY).prioritize(ExtenderArgs.model_validate(names_args(pod, names)))
     assert got == want and all(p["Score"] > 0 for p in got)
+    assert patient.metrics.provisional._value.get() == 0
