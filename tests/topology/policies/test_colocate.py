@@ -11,7 +11,7 @@ from tests.topology.strategies import topologies
 from topology import catalog
 from topology.colocation.model import predict
 from topology.colocation.profile import JobProfile, builtin_catalog
-from topology.model import Topology
+from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.policies.base import (
     FULL_CORE,
     GPUUsage,
@@ -376,3 +376,63 @@ def test_decisions_are_deterministic(policy: str, a: str, b: str, new: str) -> N
         return
     EV.clear_decisions()
     assert EV.place(policy, DGX, st_, shared(new)) == first
+
+
+# ------------------------------------------------------------------ fourth mutation round
+def test_gputopo_skips_a_join_that_adds_no_throughput_and_looks_further() -> None:
+    """A shared GPU whose set would lose throughput (two light jobs, each slowed from 1.0 to
+    1.9 by a heavy newcomer: 3 / 1.9 < 2 GPUs' worth, though δ = 3 t / 1.9 t ≥ 1 lets it
+    pass Algorithm 2's checks) is skipped, and the next shared GPU is still considered: it is
+    a later GPU that gains (+2/3 GPU, tier 1), not a refusal. Hand-computed with Tabrizian's
+    model (``d = c / 0.5``, ``s = max(1, Σd)`` here)."""
+    light, small, heavy = prof(0.1, 0.225, 0.01), prof(0.1, 0.1, 0.01), prof(0.1, 0.5, 0.01)
+    st_ = state(tuple(range(2, 8)), g0=residents(light, light, gpu=0),
+                g1=residents(small, gpu=1))
+    d = gputopo(DGX, st_, shared(heavy))
+    assert d.gpus == (1,)
+    c = d.colocation
+    assert c is not None and c.rank[0] == 1.0
+    assert c.chosen.throughput_gain == pytest.approx(2 / 1.2 - 1)
+    assert c.runner_up is None  # GPU 0's losing set is not even a fallback
+    # alone, the losing GPU is no answer at all
+    with pytest.raises(NoFit, match="no gain from joining"):
+        gputopo(DGX, state(tuple(range(1, 8)), g0=residents(light, light, gpu=0)),
+                shared(heavy))
+
+
+def test_gputopo_opens_the_idle_gpu_whose_nvlink_peers_are_busy() -> None:
+    """Tier 2's tie-break: among idle GPUs that cost the same PreservedBW, the one with the
+    most busy NVLink peers (its links are lost to the free set anyway), then the lowest
+    index. Four GPUs on one PCIe switch, one NVLink between 2 and 3, GPU 3 busy: taking any
+    of 0, 1, 2 loses two PCIe links (2–3's NVLink is already gone), so GPU 2 — the one whose
+    NVLink peer is busy — is opened, not GPU 0."""
+    gpus = [GPU(i, deterministic_uuid("tie4", i), f"0000:{i + 1:02x}:00.0", "V100", 16160, 0,
+                frozenset({0, 1})) for i in range(4)]
+    topo = Topology.build("tie4", gpus, {(2, 3): 1}, PCIeLevel.PIX)
+    d = gputopo(topo, state((3,)), shared(prof(0.1, 0.2, 0.01)))
+    assert d.gpus == (2,)
+    assert d.colocation is not None and d.colocation.rank == (2.0, 24.0, -1.0, 2.0)
+    # with no NVLink peer busy every idle GPU ties, and the lowest index wins
+    assert gputopo(topo, state((0,)), shared(prof(0.1, 0.2, 0.01))).gpus == (1,)
+
+
+def test_shared_decision_fields() -> None:
+    """A co-location decision carries the chosen GPU's own CPUs and NUMA node (Gaia §III-A's
+    binding: DGX-1 GPU 5 sits on NUMA 1, CPUs 20-39 and 60-79), the job's memory, and no
+    bandwidth figures (one GPU, no pattern)."""
+    st_ = state((0, 1, 2, 3, 4, 6, 7))
+    for policy in (colocate, exclusive, random_colocate):
+        d = policy(DGX, st_, shared("vgg11:64"))
+        assert d.gpus == (5,) and d.uuids == (DGX.gpus[5].uuid,) and d.mapping == (5,)
+        assert d.cpu_affinity == "20-39,60-79" and d.numa_nodes == (1,)
+        assert d.memory_mib == CAT["vgg11:64"].gpu_memory_mib
+        assert (d.aggregated_bandwidth_gbps, d.pattern_bandwidth_gbps,
+                d.effective_bandwidth_gbps, d.access_cost) == (0.0, 0.0, 0.0, 0.0)
+
+
+def test_no_slot_reason_counts_the_full_gpus() -> None:
+    """The NoFit reason counts every GPU whose slots are all taken."""
+    st_ = state(tuple(range(2, 8)), slots=1, g0=residents("vgg11:64", gpu=0),
+                g1=residents("vgg11:64", gpu=1))
+    with pytest.raises(NoFit, match="2 shared GPU"):
+        colocate(DGX, st_, shared("vgg19:64"))
