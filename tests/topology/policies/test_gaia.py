@@ -7,6 +7,7 @@ then DGX-1 V100 behaviour, then hypothesis invariants.
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -400,3 +401,100 @@ def test_link_takes_a_cheapest_subtree(topo: Topology, data: st.DataObject) -> N
     tree = G.access_cost_tree(topo)
     best = min(n.cost for n in tree.internal_nodes() if len(free & set(n.gpus)) >= m)
     assert any(set(d.gpus) <= set(n.gpus) and n.cost == best for n in tree.internal_nodes())
+
+
+# ============================================================================ fourth mutation round
+PCIE8 = catalog.get("pcie-8gpu")
+
+
+def test_render_whole_picture() -> None:
+    """The full ``gputopo topology show`` picture of a two-socket PCIe machine (ASCII form),
+    every internal node and leaf with its cost, the branch lines continuing past a non-last
+    child, and the leaf statuses in the words the CLI shows."""
+    state = NodeState({5: GPUUsage(100, 0)})
+    assert G.access_cost_tree(PCIE8).render(state, ascii_only=True) == "\n".join([
+        "access-cost tree of pcie-8gpu (8 GPUs)",
+        "SYS  cost 5  gpus 0-7  free 7/8",
+        "|-- NODE  cost 4  gpus 0-3  free 4/4",
+        "|   |-- PIX  cost 1  gpus 0-1  free 2/2",
+        "|   |   |-- gpu0  cost 1  free",
+        "|   |   `-- gpu1  cost 1  free",
+        "|   `-- PIX  cost 1  gpus 2-3  free 2/2",
+        "|       |-- gpu2  cost 1  free",
+        "|       `-- gpu3  cost 1  free",
+        "`-- NODE  cost 4  gpus 4-7  free 3/4",
+        "    |-- PIX  cost 1  gpus 4-5  free 1/2",
+        "    |   |-- gpu4  cost 1  free",
+        "    |   `-- gpu5  cost 1  busy",
+        "    `-- PIX  cost 1  gpus 6-7  free 2/2",
+        "        |-- gpu6  cost 1  free",
+        "        `-- gpu7  cost 1  free",
+    ])
+    unicode = G.access_cost_tree(PCIE8).render().splitlines()
+    assert unicode[3] == "│   ├── PIX  cost 1  gpus 0-1"
+    assert unicode[9] == "└── NODE  cost 4  gpus 4-7"
+    leaf = G.access_cost_tree(PCIE8).to_json(state)["root"]["children"][0]["children"][0]  # type: ignore[index]
+    assert leaf["children"][0]["status"] == "free"  # type: ignore[index]
+
+
+def test_link_breaks_the_smallest_idle_subtree_on_a_tie() -> None:
+    """Algorithm 4 on a tie (two PIX pairs, same TotalCost, same pair cost, both wholly free):
+    GPU 6 is busy, so taking 4-5 breaks only the pair itself while 0-1 would break the whole
+    idle NODE 0-3 that a 4-GPU job still needs: 4-5 wins, 0-1 is the runner-up."""
+    d = G.link(PCIE8, NodeState.whole([6]), Request(count=2))
+    assert d.gpus == (4, 5)
+    assert d.runner_up is not None and d.runner_up.gpus == (0, 1)
+    after = NodeState.whole([6]).with_allocation(d)
+    assert G.link(PCIE8, after, Request(count=4)).gpus == (0, 1, 2, 3)
+
+
+def test_sub_algorithms_report_the_gputopo_bandwidth_model() -> None:
+    """Gaia has no bandwidth model of its own: every decision states gputopo-v1's."""
+    for req in (Request(count=1), Request(count=2), Request.fraction(0.5)):
+        assert place(DGX, NodeState(), req).bandwidth_model == "gputopo-v1"
+
+
+def _one_swap_improvable(topo: Topology, pool: list[int], chosen: tuple[int, ...]) -> bool:
+    cost = round(G._pair_cost_sum(topo, chosen), 9)
+    for out in chosen:
+        for inn in pool:
+            if inn in chosen:
+                continue
+            trial = sorted([c for c in chosen if c != out] + [inn])
+            if round(G._pair_cost_sum(topo, trial), 9) < cost:
+                return True
+    return False
+
+
+@pytest.mark.parametrize("machine", ["mapa-torus-16", "mapa-cubemesh-16"])
+def test_link_above_the_exact_limit_on_16_gpus(machine: str) -> None:
+    """Above EXACT_SUBSET_LIMIT (C(16, m) > 5000 for 6 ≤ m ≤ 10) Link's set inside the chosen
+    subtree comes from greedy growth plus 1-swap descent: m distinct GPUs of the pool that no
+    single swap improves, within 1 cost unit of the exhaustive optimum (brute force over all
+    C(16, m) sets); on the torus it is the optimum itself."""
+    topo = catalog.get(machine)
+    pool = list(range(16))
+    for m in range(6, 11):
+        assert math.comb(16, m) > G.EXACT_SUBSET_LIMIT
+        (got,) = G._cheapest_subsets(topo, pool, m)
+        assert len(set(got)) == m and set(got) <= set(pool) and list(got) == sorted(got)
+        assert not _one_swap_improvable(topo, pool, got)
+        best = min(round(G._pair_cost_sum(topo, s), 9)
+                   for s in itertools.combinations(pool, m))
+        cost = round(G._pair_cost_sum(topo, got), 9)
+        assert best <= cost <= best + 1.0
+        if machine == "mapa-torus-16":
+            assert cost == best
+    d = place(topo, NodeState(), Request(count=9))
+    assert d.gpus == G._cheapest_subsets(topo, pool, 9)[0]
+
+
+def test_runner_up_is_scored_with_the_jobs_own_pattern() -> None:
+    """A 4-GPU ring on an idle DGX-1 takes quad 0-3; the runner-up, quad 4-7, has the same
+    NVLink wiring (0-3 ↔ 4-7: NV1, NV1, NV2 from the first GPU, …), so scored with the same
+    ring its EffBW is the decision's own — scored as all-to-all it would not be."""
+    d = place(DGX, NodeState(), Request(count=4, pattern=ring(4)))
+    assert d.runner_up is not None and d.runner_up.gpus == (4, 5, 6, 7)
+    assert d.runner_up.effective_bandwidth_gbps == pytest.approx(d.effective_bandwidth_gbps)
+    a2a = place(DGX, NodeState(), Request(count=4))
+    assert a2a.effective_bandwidth_gbps != pytest.approx(d.effective_bandwidth_gbps)
