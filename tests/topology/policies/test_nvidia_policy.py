@@ -131,10 +131,10 @@ def test_dynamic_programme_equals_upstream_enumeration(topo: Topology, data: st.
     size = data.draw(st.integers(1, len(free)))
     want_total, want_groups = reference_partition(topo, free, size)
     total, groups = nvidia.best_partition(topo, free, size)
+    assert total == want_total  # 0 for single GPUs: upstream scores no pair
     if size == 1:
         assert groups[0] == (free[0],)
         return
-    assert total == want_total
     assert groups == want_groups
 
 
@@ -151,3 +151,48 @@ def test_invariants(topo: Topology, data: st.DataObject) -> None:
         return
     assert len(d.gpus) == k == len(set(d.gpus)) and set(d.gpus) <= set(free)
     assert fn(topo, state, Request(count=k), Memo()) == d
+
+
+# ------------------------------------------------------------------ fourth mutation round
+def interleaved_quads(n: int = 20) -> Topology:
+    """n GPUs in n/4 NVLink quads {i, i+q, i+2q, i+3q} (q = n/4; NV2 inside a quad, all on
+    one PCIe switch), every other pair across CPUs: the quads are not index-contiguous, so
+    taking the lowest indices is wrong."""
+    q = n // 4
+    gpus = [GPU(i, deterministic_uuid("quads", i), f"0000:{i + 1:02x}:00.0", "V100", 16160,
+                i % q, frozenset({i % q})) for i in range(n)]
+    nv = {(a, b): 2 for a, b in itertools.combinations(range(n), 2) if a % q == b % q}
+    pcie = {(a, b): PCIeLevel.PIX if a % q == b % q else PCIeLevel.SYS
+            for a, b in itertools.combinations(range(n), 2)}
+    return Topology.build(f"quads-{n}", gpus, nv, pcie)
+
+
+def test_more_gpus_than_the_exact_limit_use_the_greedy_grouping() -> None:
+    """Above MAX_EXACT_GPUS free GPUs the partition is grown greedily from the lowest free
+    GPU, each time adding the GPU with the highest pair score to the group so far: on 20
+    GPUs in interleaved NVLink quads that recovers the quads (the best partition, by hand:
+    every group a quad scores 6 x (200 + 50)), returns the first and offers the second."""
+    topo = interleaved_quads(20)
+    assert topo.size > nvidia.MAX_EXACT_GPUS
+    quads = [tuple(range(i, 20, 5)) for i in range(5)]
+    chosen, others = nvidia.choose(topo, list(range(20)), 4)
+    assert chosen == quads[0] and others == quads[1:]
+    assert nvidia.set_score(topo, chosen) == 6 * 250
+    d = get_policy("nvidia-best-effort").fn(topo, NodeState.whole([0]), Request(count=4),
+                                         Memo())
+    assert d.gpus == quads[1]  # 19 free: still greedy; quad 0 is broken, left for last
+    assert d.runner_up is not None and d.runner_up.gpus == quads[2]
+    pair, _ = nvidia.choose(topo, list(range(20)), 2)
+    assert pair == (0, 5)
+
+
+def test_runner_up_is_the_next_best_group_of_the_partition() -> None:
+    """The runner-up is another full group of the chosen partition — the best-scoring one
+    after the winner (upstream's partition from the direct transcription)."""
+    for size in (2, 3, 4):
+        _, groups = reference_partition(UP, list(range(8)), size)
+        full = [g for g in groups if len(g) == size]
+        ranked = sorted(full, key=lambda g: -nvidia.set_score(UP, g))
+        chosen, others = nvidia.choose(UP, list(range(8)), size)
+        assert chosen == tuple(sorted(ranked[0])) and chosen not in others
+        assert others == ranked[1:]
