@@ -163,3 +163,11 @@ def test_topo_aware_p_never_rejects_an_idle_node(topo: Topology, data: st.DataOb
     req = Request(count=k, pattern=data.draw(st.sampled_from([None, ring(k)])),
                   min_utility=data.draw(st.floats(0, 1)))
     assert len(get_policy("topo-aware-p").fn(topo, NodeState(), req, Memo()).gpus) == k
+
+
+def test_decisions_carry_their_policy_name() -> None:
+    """The decision names the policy that made it (the extender's explanation and metrics key
+    on it), for whole GPUs and for a share."""
+    for name in AMARAL:
+        assert run(name, Request(count=2)).policy == name
+        assert run(name, Request.fraction(0.5)).policy == name
