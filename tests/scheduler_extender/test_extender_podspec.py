@@ -121,3 +121,37 @@ def test_errors(p: dict[str, Any], needle: str) -> None:
 def test_min_utility_annotation_reaches_the_request() -> None:
     r = request_from_pod(pod([c({GPU: "2"})], annotations={"gputopo.io/min-utility": "0.6"}))
     assert r is not None and r.min_utility == 0.6
+    # a share's too, with its bandwidth-sensitivity
+    share = request_from_pod(pod([c({CORE: "30"})], annotations={
+        "gputopo.io/min-utility": "0.4", "gputopo.io/bandwidth-sensitive": "false"}))
+    assert share is not None and share.fractional and share.min_utility == 0.4
+    assert share.bandwidth_sensitive is False
+
+
+def test_pod_qos_follows_the_kubelets_rules() -> None:
+    """``ComputePodQOS`` (k8s.io/kubernetes@v1.36.3 pkg/apis/core/v1/helper/qos): Guaranteed
+    when every container has CPU and memory limits equal to its requests (the API server has
+    defaulted missing requests to the limits by then), BestEffort with
+    neither anywhere, Burstable otherwise; ``status.qosClass`` wins; pod-level
+    ``spec.resources`` decide instead when set (and never raise when only one side is)."""
+    from scheduler_extender.podspec import pod_qos
+
+    full = {"cpu": "2", "memory": "1Gi"}
+    assert pod_qos(pod([c(full, dict(full))])) == "Guaranteed"
+    assert pod_qos(pod([c(full, {"cpu": "1", "memory": "1Gi"})])) == "Burstable"
+    assert pod_qos(pod([c({"cpu": "2"}, {"cpu": "2"})])) == "Burstable"  # no memory limit
+    assert pod_qos(pod([c(full), c()])) == "Burstable"  # one container without limits
+    assert pod_qos(pod([c(full)], init=[c({GPU: "1"})])) == "Burstable"
+    assert pod_qos(pod([c({GPU: "1"})])) == "BestEffort"
+    p = pod([c({GPU: "1"})])
+    p["status"] = {"qosClass": "Guaranteed"}
+    assert pod_qos(p) == "Guaranteed"
+    # pod-level resources
+    for resources, want in (
+        ({"limits": dict(full), "requests": dict(full)}, "Guaranteed"),
+        ({"requests": dict(full)}, "Burstable"),
+        ({"limits": {"cpu": "2"}, "requests": {"cpu": "2"}}, "Burstable"),
+    ):
+        p = pod([c()])
+        p["spec"]["resources"] = resources
+        assert pod_qos(p) == want, resources
