@@ -155,3 +155,18 @@ def test_pod_qos_follows_the_kubelets_rules() -> None:
         p = pod([c()])
         p["spec"]["resources"] = resources
         assert pod_qos(p) == want, resources
+
+
+def test_a_bad_quantity_names_the_resource_and_the_container() -> None:
+    """The Error tells which container and resource to fix (unnamed: by its index)."""
+    for p, want in (
+        (pod([c(), {"name": "trainer", "resources": {"limits": {GPU: "0.5"}}}]),
+         f"container 'trainer': {GPU} quantity '0.5' is not a whole number"),
+        (pod([c()], init=[{"resources": {"requests": {MEM: "-1"}}}]),
+         f"init container '#0': {MEM} quantity '-1' is negative"),
+        (pod([{"name": "x", "resources": {"limits": ["x"]}}]),
+         "container 'x': resources.limits is not an object"),
+    ):
+        with pytest.raises(PodSpecError) as info:
+            parse_pod(p)
+        assert str(info.value).startswith(want), str(info.value)
