@@ -63,8 +63,22 @@ def test_pods_asking_no_vgpu_memory_do_not_depend_on_the_unit(pod: dict[str, Any
     if "core-only" in pod["metadata"]["name"]:
         for key in ("limits", "requests"):
             pod["spec"]["containers"][0]["resources"][key].pop("gputopo.io/vgpu-memory")
-    reply = filter_names(Extender(memory_state(), "gputopo"), pod)
+    state = memory_state()
+    ext = Extender(state, "gputopo")
+    reply = filter_names(ext, pod)
     assert reply["NodeNames"] == list(UNITS) and not reply["FailedAndUnresolvableNodes"]
+    # nor at bind: a node with another unit takes it
+    assert ext.bind(ExtenderBindingArgs.model_validate(bind_args(pod, "half"))) == {"Error": ""}
+    assert state.allocation(pod["metadata"]["uid"]) is not None
+
+
+def test_the_smallest_memory_request_depends_on_the_unit() -> None:
+    """One unit of 1 MiB (``--vgpu-memory-unit-mib 1``) is still vGPU memory: every node
+    publishing another unit is refused."""
+    reply = filter_names(Extender(memory_state(), "gputopo", memory_unit_mib=1),
+                         share_pod(memory_units=1))
+    assert reply["NodeNames"] == ["none"]
+    assert set(reply["FailedAndUnresolvableNodes"]) == {"same", "half", "junk"}
 
 
 def test_the_extender_counts_in_its_own_unit() -> None:
