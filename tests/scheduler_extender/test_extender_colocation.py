@@ -385,3 +385,18 @@ def test_the_colocation_example_parses() -> None:
     assert preq is not None and preq.policy == "colocate"
     sh = preq.request.shared
     assert sh is not None and sh.profile.key == "resnet18:64" and sh.memory_mib == 8 * 256
+
+
+def test_a_slot_larger_than_every_gpu_fails_filter_unresolvably() -> None:
+    """A co-location slot reserving more memory than any GPU of the node has: refused at
+    once, unresolvably (no eviction makes a GPU bigger), naming both sizes."""
+    state = MemoryState({"one": ONE})
+    ext = Extender(state, "gputopo")
+    need = 100 * 256  # 100 units of 256 MiB
+    res = ext.filter(ExtenderArgs.model_validate(
+        names_args(shared_pod("big", "vgg11:64", memory_units=100), ["one"])))
+    assert res["NodeNames"] == [] and res["FailedNodes"] == {}
+    biggest = max(g.memory_mib for g in ONE.gpus)
+    assert res["FailedAndUnresolvableNodes"] == {"one": (
+        f"no GPU on the node has {need} MiB for the co-location slot; the largest has "
+        f"{biggest} MiB")}
