@@ -164,6 +164,22 @@ def test_a_bad_pod_gets_the_reply_shape_of_its_request_form(
                        "FailedAndUnresolvableNodes": {}, "Error": res["Error"]}
 
 
+def test_a_node_object_without_a_name_is_an_error_naming_it(
+    busy: tuple[TestClient, MemoryState],
+) -> None:
+    """A Node object without a usable ``metadata.name`` (missing, empty, or metadata that is
+    not an object) is named by its index in the Error, not answered with a 500."""
+    client, state = busy
+    for bad in ({"metadata": {}}, {"metadata": {"name": ""}}, {"metadata": None},
+                {"metadata": ["x"]}):
+        items = [{"metadata": {"name": NODES[0]}}, bad]
+        res = client.post("/filter", json={"Pod": gpu_pod("p", 1), "Nodes": {"items": items},
+                                          "NodeNames": None})
+        assert res.status_code == 200, bad
+        assert res.json()["Error"] == "Nodes.items[1] has no metadata.name", bad
+    still_serving(client, state)
+
+
 class _RefusingDecider(Decider):
     """The decision layer as it answers a request its policy finds invalid (the policy's
     ``RequestError``; the pod parser refuses every such request it can see first)."""
