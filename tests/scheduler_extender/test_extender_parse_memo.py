@@ -61,3 +61,17 @@ def test_the_same_version_is_read_once() -> None:
     ext.prioritize(ExtenderArgs.model_validate(names_args(copy.deepcopy(pod), ["n0"])))
     _, second = ext.memo.get("uid-r")
     assert first is not None and second is first
+
+
+def test_pods_without_a_uid_are_never_taken_for_one_another() -> None:
+    """The memo is keyed by UID and version: two pods without a UID at the same
+    resourceVersion are each read (the second asks for more GPUs than the node has)."""
+    ext = Extender(MemoryState({"n0": DGX}), "gputopo")
+    small, huge = _versioned(gpu_pod("a", 1), "5"), _versioned(gpu_pod("b", 9), "5")
+    for pod in (small, huge):
+        pod["metadata"]["uid"] = ""  # type: ignore[index]
+    assert ext.filter(ExtenderArgs.model_validate(names_args(small, ["n0"])))["NodeNames"] == [
+        "n0"]
+    res = ext.filter(ExtenderArgs.model_validate(names_args(huge, ["n0"])))
+    assert res["NodeNames"] == []
+    assert res["FailedAndUnresolvableNodes"] == {"n0": "node has 8 GPUs; the pod asks for 9"}
