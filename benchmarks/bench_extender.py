@@ -152,7 +152,7 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
     from fastapi import APIRouter
 
     from gputopo_cli.demo import serve
-    from scheduler_extender.app import create_app, tune_gc
+    from scheduler_extender.app import create_app, tune_interpreter
     from scheduler_extender.settings import ExtenderSettings
     from scheduler_extender.state import MemoryState
 
@@ -185,7 +185,7 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
         return {"provisional": rt.metrics.provisional._value.get()}
 
     app.include_router(bench)
-    tune_gc()
+    tune_interpreter()
     del uvicorn  # serve() runs it
     with serve(app) as url:
         conn.send({"url": url, "running": running, "fill_seconds": fill_s})

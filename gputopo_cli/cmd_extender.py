@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
         kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")] = None,
         vgpu_memory_unit_mib: Annotated[int | None, typer.Option("--vgpu-memory-unit-mib", help="MiB per gputopo.io/vgpu-memory device, as the device plugins publish it (default 256)")] = None,
         bind_concurrency: Annotated[int | None, typer.Option("--bind-concurrency", help="binds served at once: threads and API connections kept for Bindings (default 16)")] = None,
+        gil_switch_interval_ms: Annotated[float | None, typer.Option("--gil-switch-interval-ms", help="how long a thread may hold the GIL while another waits, ms (default 0.5; CPython's own is 5)")] = None,
         colocation_policy: Annotated[str | None, typer.Option("--colocation-policy", help="policy for gputopo.io/gpu-shared pods when --policy does not co-locate (default gputopo)")] = None,
         colocation_threshold: Annotated[float | None, typer.Option("--colocation-threshold", help="Tabrizian's threshold on the sum of C of a co-located set (Eq. 4.3 units; default 4e7)")] = None,
         profile_catalog: Annotated[str | None, typer.Option("--profile-catalog", help="shipped profile catalog (v100-cifar10-w10, v100-cifar10-w2) or a catalog file")] = None,
@@ -40,7 +41,7 @@ def register(app: typer.Typer) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
         import uvicorn
 
-        from scheduler_extender.app import create_app, tune_gc
+        from scheduler_extender.app import create_app, tune_interpreter
         from scheduler_extender.auth import uvicorn_options
         from scheduler_extender.kubernetes_state import ApiError, KubernetesState
         from scheduler_extender.settings import SettingsError, load_settings
@@ -55,6 +56,7 @@ def register(app: typer.Typer) -> None:
                     "log_level": log_level, "policy": policy, "state": state, "nodes": nodes,
                     "kubeconfig": kubeconfig, "vgpu_memory_unit_mib": vgpu_memory_unit_mib,
                     "bind_concurrency": bind_concurrency,
+                    "gil_switch_interval_ms": gil_switch_interval_ms,
                     "colocation_policy": colocation_policy,
                     "colocation_threshold": colocation_threshold,
                     "profile_catalog": profile_catalog, "user_profiles": user_profiles,
@@ -80,7 +82,7 @@ def register(app: typer.Typer) -> None:
             kube.start_background()
             backend = kube
         app_ = create_app(settings, backend)
-        tune_gc()
+        tune_interpreter(settings.gil_switch_interval_ms / 1000)
         logging.getLogger("gputopo.extender").info(
             "extender: policy=%s state=%s auth=%s on %s://%s:%d", settings.policy,
             settings.state, settings.auth, "https" if settings.tls_cert else "http",

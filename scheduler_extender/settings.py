@@ -82,6 +82,12 @@ class ExtenderSettings(FileBackedSettings):
             per Binding on a busy API server is 3–8; 16 (the default, also kube-scheduler's
             default ``parallelism``) leaves twice that for bursts. More binds wait for a
             thread instead of opening throwaway TLS connections.
+        gil_switch_interval_ms: how long a thread may hold the GIL while another wants it,
+            milliseconds (``sys.setswitchinterval``; CPython's default is 5). The event loop
+            answering filter and prioritize shares the GIL with the bind and watch threads,
+            and every wait lands in kube-scheduler's serial scheduling cycle; 0.5 (the
+            default) measured 0.89–1.19× a trivial extender's pods/s where 5 gave 0.58–0.79×
+            (``scheduler_extender.app.tune_interpreter``).
         colocation_policy: the policy for ``gputopo.io/gpu-shared`` pods when ``policy``
             does not place co-location slots (must be one that does).
         colocation_threshold: Tabrizian's ΣC threshold (§4.2.4), Eq. 4.3 units (percent·µs
@@ -114,6 +120,7 @@ class ExtenderSettings(FileBackedSettings):
     eval_workers: int | None = Field(default=None, ge=0, le=64)
     vgpu_memory_unit_mib: int = Field(default=DEFAULT_VGPU_MEMORY_UNIT_MIB, ge=1, le=1 << 20)
     bind_concurrency: int = Field(default=16, ge=1, le=256)
+    gil_switch_interval_ms: float = Field(default=0.5, ge=0.01, le=100)
     colocation_policy: str = "gputopo"
     colocation_threshold: float = Field(default=4e7, gt=0, lt=1e15)
     profile_catalog: str = "v100-cifar10-w10"

@@ -19,6 +19,7 @@ def test_defaults() -> None:
     s = ExtenderSettings()
     assert (s.host, s.port, s.state, s.log_level) == ("127.0.0.1", 8888, "kubernetes", "info")
     assert s.tls_cert is None and s.kubeconfig is None
+    assert s.gil_switch_interval_ms == 0.5
 
 
 def test_precedence_cli_env_file_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,6 +41,7 @@ def test_precedence_cli_env_file_default(tmp_path: Path, monkeypatch: pytest.Mon
     ({"state": "memory", "nodes": "dgx1-v100:zero"}, "bad node count"),
     ({"state": "etcd"}, "setting state"),
     ({"port": 70000}, "setting port"),
+    ({"gil_switch_interval_ms": 0}, "setting gil_switch_interval_ms"),
     ({"tls_cert": "/etc/hostname"}, "tls_cert and tls_key must be given together"),
     ({"tls_cert": "/nope.pem", "tls_key": "/nope.key"}, "does not exist"),
 ])
@@ -81,6 +83,7 @@ def test_nodes_spec() -> None:
     ["extender", "--state", "kubernetes", "--kubeconfig", "/does/not/exist"],
     ["extender", "--tls-cert", "/etc/hostname", "--state", "memory"],
     ["demo", "--nodes", "nope:2"],
+    ["extender", "--state", "memory", "--gil-switch-interval-ms", "-1"],
 ])
 def test_cli_bad_input_exits_2_with_one_line(args: list[str]) -> None:
     r = runner.invoke(app, args)
