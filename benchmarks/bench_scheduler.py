@@ -58,6 +58,13 @@ times each verb call as its client sees it. The probe's pods/s are recorded but 
 Run: ``.venv/bin/python -m benchmarks.bench_scheduler [--sizes 50x200,100x1000]
 [--repeats 3] [--no-probe]``; prints a Markdown table and writes
 ``benchmarks/results/scheduler.json``.
+
+**A/B of two extender settings**: ``--compare-extender-args '--bind-concurrency 64'`` starts a
+second gputopo extender (``gputopo-b``) with those options on the same control plane and
+measures it in turn with the others, so both settings meet the same API server, the same
+moment's load and the same trivial-extender reference; ``--modes backlog`` and
+``--no-baseline`` leave out what such a comparison does not need. The JSON's ``compared``
+holds B's ratio to the trivial extender per repeat beside A's.
 """
 
 from __future__ import annotations
@@ -76,7 +83,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -86,11 +93,12 @@ import yaml
 
 from localcluster import ControlPlane, ManagedProcess
 from localcluster.controlplane import free_port, wait_until
-from localcluster.gpucluster import GpuCluster, GpuPod, scheduler_config
+from localcluster.gpucluster import ExtenderProcess, GpuCluster, GpuPod, scheduler_config
 
 OUT = Path(__file__).parent / "results" / "scheduler.json"
 MACHINE = "dgx1-v100"
 RUN_LABEL = "gputopo.io/bench-run"
+MODES = ("stream", "backlog")
 
 
 # ---------------------------------------------------------------------------- trivial extender
@@ -450,14 +458,17 @@ def verb_summary(h: Histograms) -> dict[str, dict[str, float]]:
     return out
 
 
-def reset(gc: GpuCluster, check_extender: bool) -> None:
-    """Delete every pod, wait until they are gone (and the extender sees every node idle)."""
+def reset(gc: GpuCluster, check_extender: bool,
+          extenders: Sequence[ExtenderProcess] = ()) -> None:
+    """Delete every pod, wait until they are gone (and the extender — every one of
+    ``extenders``, else ``gc``'s — sees every node idle)."""
     gc.core.delete_collection_namespaced_pod(gc.namespace, grace_period_seconds=0)
     wait_until(lambda: not gc.list_pods(), 120, "every pod deleted", interval_s=0.2)
     if check_extender:
         names = list(gc.nodes)
-        wait_until(lambda: gc.extender.idle_nodes(names) == set(names), 60,
-                   "the extender to see every node idle")  # fmt: skip
+        for ext in extenders or (gc.extender,):
+            wait_until(lambda e=ext: e.idle_nodes(names) == set(names), 60,  # type: ignore[misc]
+                       "the extender to see every node idle")  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- workloads
@@ -566,46 +577,62 @@ def binding_floor(gc: GpuCluster, size: Size, concurrency: int) -> dict[str, Any
 
 # ---------------------------------------------------------------------------- main
 def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
-             extender_args: Sequence[str] = ()) -> dict[str, Any]:
+             extender_args: Sequence[str] = (), *, compare_args: Sequence[str] | None = None,
+             modes: Sequence[str] = MODES, baseline: bool = True) -> dict[str, Any]:
     """Every scenario on one fresh control plane of ``size``; see the module docstring.
-    ``extender_args`` are added to the gputopo extender's command line."""
+    ``extender_args`` are added to the gputopo extender's command line; ``compare_args``
+    (None: no such scenario) start a second gputopo extender, ``gputopo-b``, with these
+    options instead, measured in turn with the others on the same control plane;
+    ``baseline=False`` skips ``no-extender``."""
     t_start = time.monotonic()
     with ControlPlane() as cp, GpuCluster(cp) as gc, trivial_extender(cp) as (
-            trivial_url, trivial_pid):
+            trivial_url, trivial_pid), ExitStack() as stack:
         gc.extender.extra_args = list(extender_args)
         gc.start([(f"gpu-{i:03d}", MACHINE) for i in range(size.nodes)], scheduler=False)
         configs = {"gputopo": scheduler_config(gc.extender.url),
                    "trivial-extender": scheduler_config(trivial_url)}
+        extenders = {"gputopo": gc.extender}
+        if compare_args is not None:
+            b = ExtenderProcess(cp.kubeconfig_path, cp.workdir / "logs" / "gputopo-b.log",
+                                extra_args=list(compare_args))
+            stack.callback(b.stop)
+            extenders["gputopo-b"] = b.start()
+            configs["gputopo-b"] = scheduler_config(b.url)
         ext = yaml.safe_load(configs["gputopo"])["extenders"][0]
         gc.start_scheduler(configs["gputopo"])
         stack_seconds = time.monotonic() - t_start
         plan: list[tuple[str, str, Callable[[Size], list[GpuPod]]]] = [
-            ("no-extender", "gputopo", cpu_pods),
+            *([("no-extender", "gputopo", cpu_pods)] if baseline else []),
             ("gputopo", "gputopo", gpu_pods),
             ("trivial-extender", "trivial-extender", gpu_pods),
+            *([("gputopo-b", "gputopo-b", gpu_pods)] if compare_args is not None else []),
         ]
+        watchers = list(extenders.values())
         measure(gc, cpu_pods(size), "warmup", timeout_s)  # API server and scheduler warm-up
-        reset(gc, check_extender=True)
+        reset(gc, check_extender=True, extenders=watchers)
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {
-            name: {"stream": [], "backlog": []} for name, _, _ in plan
+            name: {mode: [] for mode in modes} for name, _, _ in plan
         }
-        deltas: dict[str, list[Histograms]] = {"stream": [], "backlog": []}
+        deltas: dict[str, dict[str, list[Histograms]]] = {
+            name: {mode: [] for mode in modes} for name in extenders}
+        pids = {"trivial-extender": trivial_pid, **{n: e.pid for n, e in extenders.items()}}
         for rep in range(repeats):
             for name, config, make in plan:
-                for mode in ("stream", "backlog"):
+                for mode in modes:
                     if mode == "stream" and gc.scheduler_config != configs[config]:
                         gc.start_scheduler(configs[config])
-                    before = extender_histograms(gc.extender.url)
-                    pid = {"gputopo": gc.extender.pid, "trivial-extender": trivial_pid}.get(name)
+                    mine = extenders.get(name)
+                    before = extender_histograms(mine.url) if mine is not None else {}
+                    pid = pids.get(name)
                     cpu0 = cpu_seconds(pid) if pid is not None else None
                     result = measure(gc, make(size), f"{name}-{mode}-{rep}", timeout_s,
                                      configs[config] if mode == "backlog" else None)
                     if pid is not None and cpu0 is not None:
                         result["extender_cpu_ms_per_pod"] = cpu_per_pod(
                             cpu0, cpu_seconds(pid), size.pods)
-                    if name == "gputopo":
-                        delta = histogram_delta(before, extender_histograms(gc.extender.url))
-                        deltas[mode].append(delta)
+                    if mine is not None:
+                        delta = histogram_delta(before, extender_histograms(mine.url))
+                        deltas[name][mode].append(delta)
                         result["extender"] = verb_summary(delta)
                     runs[name][mode].append(result)
                     print(f"  {size.label} {name:17s} {mode:8s} run {rep + 1}: "
@@ -614,13 +641,13 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
                           + (f"; extender CPU {result['extender_cpu_ms_per_pod']['total']:.2f}"
                              " ms/pod" if "extender_cpu_ms_per_pod" in result else "")
                           + ")", flush=True)
-                    reset(gc, check_extender=True)
+                    reset(gc, check_extender=True, extenders=watchers)
         floor = []
         for concurrency in (1, 16):
             floor.append(binding_floor(gc, size, concurrency))
             print(f"  {size.label} binding floor, {concurrency:2d} at a time: {floor[-1]}",
                   flush=True)
-            reset(gc, check_extender=True)
+            reset(gc, check_extender=True, extenders=watchers)
         client: dict[str, Any] = {}
         if probe:
             for name, target in (("gputopo", gc.extender.url), ("trivial-extender", trivial_url)):
@@ -638,7 +665,7 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
                     print(f"  {size.label} {name:17s} probe    (via timing proxy): "
                           f"{result['pods_per_s']:6.1f} pods/s; bind client-observed "
                           f"{result['client'].get('bind', {})}", flush=True)
-                    reset(gc, check_extender=True)
+                    reset(gc, check_extender=True, extenders=watchers)
         start_seconds = cp.start_seconds
     scenarios = {
         name: {
@@ -656,8 +683,25 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
     ratio = {
         mode: round(scenarios["gputopo"][mode]["pods_per_s_median"]
                     / scenarios["trivial-extender"][mode]["pods_per_s_median"], 2)
-        for mode in ("stream", "backlog")
+        for mode in modes
     }
+    compared: dict[str, Any] = {}
+    if compare_args is not None:
+        compared = {
+            "extender_args": list(compare_args),
+            "gputopo_b_over_trivial": {
+                mode: round(scenarios["gputopo-b"][mode]["pods_per_s_median"]
+                            / scenarios["trivial-extender"][mode]["pods_per_s_median"], 2)
+                for mode in modes},
+            "ratio_per_repeat": {
+                mode: {name: [round(a["pods_per_s"] / t["pods_per_s"], 2) for a, t in zip(
+                    runs[name][mode], runs["trivial-extender"][mode], strict=True)]
+                    for name in ("gputopo", "gputopo-b")}
+                for mode in modes},
+            "extender_server_side": {
+                mode: verb_summary(histogram_merge(ds))
+                for mode, ds in deltas["gputopo-b"].items()},
+        }
     return {
         "setup": {
             "nodes": size.nodes, "machine": MACHINE, "gpus_per_node": 8, "pods": size.pods,
@@ -677,22 +721,27 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
         "scenarios": scenarios,
         "gputopo_over_trivial": ratio,
         "extender_server_side": {
-            mode: verb_summary(histogram_merge(ds)) for mode, ds in deltas.items()
+            mode: verb_summary(histogram_merge(ds)) for mode, ds in deltas["gputopo"].items()
         },
+        **({"compared": compared} if compared else {}),
         "client_observed_probe": client,
         "binding_floor": floor,
     }
 
 
 def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool,
-        extender_args: Sequence[str] = ()) -> dict[str, Any]:
+        extender_args: Sequence[str] = (), *, compare_args: Sequence[str] | None = None,
+        modes: Sequence[str] = MODES, baseline: bool = True) -> dict[str, Any]:
     load_before = os.getloadavg()
-    results = {size.label: run_size(size, repeats, timeout_s, probe, extender_args)
+    results = {size.label: run_size(size, repeats, timeout_s, probe, extender_args,
+                                    compare_args=compare_args, modes=modes, baseline=baseline)
                for size in sizes}
     return {
         "benchmark": "bench_scheduler",
         "sizes": results,
         "extender_args": list(extender_args),
+        "compare_extender_args": None if compare_args is None else list(compare_args),
+        "modes": list(modes),
         "env": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
@@ -713,20 +762,27 @@ def table(doc: Mapping[str, Any]) -> str:
     ]
     for label, res in doc["sizes"].items():
         sc = res["scenarios"]
-        for mode in ("stream", "backlog"):
-            verbs = res["extender_server_side"].get(mode, {})
-            bind, api = verbs.get("bind", {}), verbs.get("bind-api", {})
-            cpu = [sc[n][mode].get("extender_cpu_ms_per_pod_median", nan)
-                   for n in ("trivial-extender", "gputopo")]
-            lines.append(
-                f"| {label} | {mode} | {sc['no-extender'][mode]['pods_per_s_median']:.1f} "
-                f"| {sc['trivial-extender'][mode]['pods_per_s_median']:.1f} "
-                f"| {sc['gputopo'][mode]['pods_per_s_median']:.1f} "
-                f"| {res['gputopo_over_trivial'][mode]:.2f} "
-                f"| {bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms "
-                f"| {api.get('p50_ms', nan):.1f} / {api.get('p99_ms', nan):.1f} ms "
-                f"| {cpu[0]:.2f} / {cpu[1]:.2f} ms |"
-            )
+        compared = res.get("compared") or {}
+        rows = [("gputopo", res["gputopo_over_trivial"], res["extender_server_side"])]
+        if compared:
+            rows.append(("gputopo-b", compared["gputopo_b_over_trivial"],
+                         compared["extender_server_side"]))
+        for mode in res["gputopo_over_trivial"]:
+            for name, ratio, server in rows:
+                verbs = server.get(mode, {})
+                bind, api = verbs.get("bind", {}), verbs.get("bind-api", {})
+                cpu = [sc[n][mode].get("extender_cpu_ms_per_pod_median", nan)
+                       for n in ("trivial-extender", name)]
+                base = sc.get("no-extender", {}).get(mode, {}).get("pods_per_s_median", nan)
+                lines.append(
+                    f"| {label} | {mode}{' (B)' if name == 'gputopo-b' else ''} | {base:.1f} "
+                    f"| {sc['trivial-extender'][mode]['pods_per_s_median']:.1f} "
+                    f"| {sc[name][mode]['pods_per_s_median']:.1f} "
+                    f"| {ratio[mode]:.2f} "
+                    f"| {bind.get('p50_ms', nan):.1f} / {bind.get('p99_ms', nan):.1f} ms "
+                    f"| {api.get('p50_ms', nan):.1f} / {api.get('p99_ms', nan):.1f} ms "
+                    f"| {cpu[0]:.2f} / {cpu[1]:.2f} ms |"
+                )
         for fl in res.get("binding_floor", []):
             lines.append(
                 f"| {label} | floor | | | | | a bare Binding, {fl['concurrency']} at a time: "
@@ -754,6 +810,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--extender-args", default="",
                     help="extra command-line options of the gputopo extender, e.g. "
                          "'--bind-concurrency 64' (split like a shell does)")
+    ap.add_argument("--compare-extender-args", default=None, metavar="ARGS",
+                    help="also run a second gputopo extender ('gputopo-b', rows marked (B)) "
+                         "with these options, in turn with the others on the same control "
+                         "plane: an A/B of two settings under the same conditions")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="comma-separated modes to run: stream, backlog (default both)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the no-extender scenario")
     ap.add_argument("--serve-trivial", type=int, metavar="PORT", help=argparse.SUPPRESS)
     ap.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -766,8 +830,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"unknown size(s) {', '.join(unknown) or '(none)'}; known: {', '.join(SIZES)}")
     if args.repeats < 1:
         ap.error("--repeats must be positive")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        ap.error(f"--modes takes {' and/or '.join(MODES)}, got {args.modes!r}")
+    compare = (None if args.compare_extender_args is None
+               else shlex.split(args.compare_extender_args))
     doc = run([SIZES[s] for s in labels], args.repeats, args.timeout, not args.no_probe,
-              shlex.split(args.extender_args))
+              shlex.split(args.extender_args), compare_args=compare, modes=modes,
+              baseline=not args.no_baseline)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print("pods/s, median of the repeats")
