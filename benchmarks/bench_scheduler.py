@@ -773,9 +773,10 @@ def table(doc: Mapping[str, Any]) -> str:
                 bind, api = verbs.get("bind", {}), verbs.get("bind-api", {})
                 cpu = [sc[n][mode].get("extender_cpu_ms_per_pod_median", nan)
                        for n in ("trivial-extender", name)]
-                base = sc.get("no-extender", {}).get(mode, {}).get("pods_per_s_median", nan)
+                base = sc.get("no-extender", {}).get(mode, {}).get("pods_per_s_median")
                 lines.append(
-                    f"| {label} | {mode}{' (B)' if name == 'gputopo-b' else ''} | {base:.1f} "
+                    f"| {label} | {mode}{' (B)' if name == 'gputopo-b' else ''} "
+                    f"| {'–' if base is None else f'{base:.1f}'} "
                     f"| {sc['trivial-extender'][mode]['pods_per_s_median']:.1f} "
                     f"| {sc[name][mode]['pods_per_s_median']:.1f} "
                     f"| {ratio[mode]:.2f} "

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
         nodes: Annotated[str | None, typer.Option("--nodes", help="memory state nodes: CATALOG:COUNT[,CATALOG:COUNT...] (default dgx1-v100:4)")] = None,
         kubeconfig: Annotated[Path | None, typer.Option("--kubeconfig", help="kubeconfig file (default: in-cluster service account)")] = None,
         vgpu_memory_unit_mib: Annotated[int | None, typer.Option("--vgpu-memory-unit-mib", help="MiB per gputopo.io/vgpu-memory device, as the device plugins publish it (default 256)")] = None,
-        bind_concurrency: Annotated[int | None, typer.Option("--bind-concurrency", help="binds served at once: threads and API connections kept for Bindings (default 16)")] = None,
+        bind_concurrency: Annotated[int | None, typer.Option("--bind-concurrency", help="binds served at once: threads and API connections kept for Bindings (default 64)")] = None,
         gil_switch_interval_ms: Annotated[float | None, typer.Option("--gil-switch-interval-ms", help="how long a thread may hold the GIL while another waits, ms (default 0.5; CPython's own is 5)")] = None,
         colocation_policy: Annotated[str | None, typer.Option("--colocation-policy", help="policy for gputopo.io/gpu-shared pods when --policy does not co-locate (default gputopo)")] = None,
         colocation_threshold: Annotated[float | None, typer.Option("--colocation-threshold", help="Tabrizian's threshold on the sum of C of a co-located set (Eq. 4.3 units; default 4e7)")] = None,

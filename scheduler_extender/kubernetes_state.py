@@ -69,6 +69,10 @@ from topology.numa_alignment import (
 )
 from topology.policies.base import Decision
 
+#: Binds sent at once by default (``ExtenderSettings.bind_concurrency``): the bind threads and
+#: the keep-alive connections kept for them.
+DEFAULT_BIND_CONCURRENCY = 64
+
 log = logging.getLogger("gputopo.extender.kubernetes")
 
 TERMINATED_PHASES = ("Succeeded", "Failed")
@@ -177,7 +181,7 @@ class KubernetesState(BookedViews):
 
     def __init__(
         self, api: KubeAPI | None = None, *, kubeconfig: str | Path | None = None,
-        bind_connections: int = 16, watch_timeout_s: int = 300,
+        bind_connections: int = DEFAULT_BIND_CONCURRENCY, watch_timeout_s: int = 300,
         reservation_grace_s: float = 60.0,
     ) -> None:  # fmt: skip
         self.api: KubeAPI = (
@@ -547,7 +551,8 @@ class OfficialKubeAPI:
 
     @classmethod
     def from_config(
-        cls, kubeconfig: str | Path | None = None, *, bind_connections: int = 16
+        cls, kubeconfig: str | Path | None = None, *,
+        bind_connections: int = DEFAULT_BIND_CONCURRENCY,
     ) -> OfficialKubeAPI:
         """Client from a kubeconfig file, or the in-cluster service account when None, with
         a keep-alive pool of ``bind_connections`` + :data:`OTHER_CONNECTIONS` connections

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from scheduler_extender.kubernetes_state import DEFAULT_BIND_CONCURRENCY
 from scheduler_extender.state import NodesSpecError, parse_nodes_spec
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
@@ -76,12 +77,13 @@ class ExtenderSettings(FileBackedSettings):
             budget and leaves the rest provisional until a later call has time).
         bind_concurrency: binds served at once — the threads running ``/bind`` and the
             keep-alive connections to the API server kept for their Bindings. kube-scheduler
-            runs each pod's binding cycle in its own goroutine, so the binds in flight are
-            its scheduling rate times the bind latency: about 150 pods/s (a trivial
-            extender's ceiling, measured in ``benchmarks/bench_scheduler.py``) × 20–50 ms
-            per Binding on a busy API server is 3–8; 16 (the default, also kube-scheduler's
-            default ``parallelism``) leaves twice that for bursts. More binds wait for a
-            thread instead of opening throwaway TLS connections.
+            runs each pod's binding cycle in its own goroutine, with no limit, so the binds
+            in flight are its scheduling rate times the bind latency: about 150 pods/s (a
+            trivial extender's ceiling, measured in ``benchmarks/bench_scheduler.py``) ×
+            100–300 ms per Binding on a busy API server is 15–45. More binds wait for a
+            thread instead of opening throwaway TLS connections, and from a backlog that
+            wait set the throughput: 64 (the default) gave 0.98× the trivial extender's
+            pods/s where 16 gave 0.84× (medians of 6 paired repeats, docs/performance.md).
         gil_switch_interval_ms: how long a thread may hold the GIL while another wants it,
             milliseconds (``sys.setswitchinterval``; CPython's default is 5). The event loop
             answering filter and prioritize shares the GIL with the bind and watch threads,
@@ -119,7 +121,7 @@ class ExtenderSettings(FileBackedSettings):
     eval_budget_ms: float = Field(default=0.0, ge=0, le=60_000)
     eval_workers: int | None = Field(default=None, ge=0, le=64)
     vgpu_memory_unit_mib: int = Field(default=DEFAULT_VGPU_MEMORY_UNIT_MIB, ge=1, le=1 << 20)
-    bind_concurrency: int = Field(default=16, ge=1, le=256)
+    bind_concurrency: int = Field(default=DEFAULT_BIND_CONCURRENCY, ge=1, le=256)
     gil_switch_interval_ms: float = Field(default=0.5, ge=0.01, le=100)
     colocation_policy: str = "gputopo"
     colocation_threshold: float = Field(default=4e7, gt=0, lt=1e15)

@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from scheduler_extender.kubernetes_state import DEFAULT_BIND_CONCURRENCY
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.verbs import Extender
 
@@ -25,7 +26,8 @@ class Runtime:
 
     extender: Extender
     metrics: Metrics
-    bind_limiter: CapacityLimiter = field(default_factory=lambda: CapacityLimiter(16))
+    bind_limiter: CapacityLimiter = field(
+        default_factory=lambda: CapacityLimiter(DEFAULT_BIND_CONCURRENCY))
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -20,6 +20,7 @@ def test_defaults() -> None:
     assert (s.host, s.port, s.state, s.log_level) == ("127.0.0.1", 8888, "kubernetes", "info")
     assert s.tls_cert is None and s.kubeconfig is None
     assert s.gil_switch_interval_ms == 0.5
+    assert s.bind_concurrency == 64
 
 
 def test_precedence_cli_env_file_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
