@@ -498,3 +498,14 @@ def test_runner_up_is_scored_with_the_jobs_own_pattern() -> None:
     assert d.runner_up.effective_bandwidth_gbps == pytest.approx(d.effective_bandwidth_gbps)
     a2a = place(DGX, NodeState(), Request(count=4))
     assert a2a.effective_bandwidth_gbps != pytest.approx(d.effective_bandwidth_gbps)
+
+
+def test_equal_merges_go_to_the_lowest_indices() -> None:
+    """Ties in the clustering go to the lowest GPU index (module docstring). On a
+    non-ultrametric 3-GPU report — 0–2 and 1–2 both PXB, 0–1 PHB — gpu2 pairs with gpu0
+    first, so Link's 2-GPU job gets 0 and 2; preferring the later pair would give 1 and 2."""
+    pcie = {(0, 1): PCIeLevel.PHB, (0, 2): PCIeLevel.PXB, (1, 2): PCIeLevel.PXB}
+    topo = Topology.build("tie3", _gpus("tie3", 3, [0, 0, 0]), {}, pcie)
+    tree = G.access_cost_tree(topo)
+    assert [tree.nodes[c].gpus for c in tree.root.children] == [(0, 2), (1,)]
+    assert place(topo, NodeState(), Request(count=2)).gpus == (0, 2)
