@@ -19,10 +19,11 @@ import random
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 from topology import catalog
 from topology.patterns import ring, tree
-from topology.policies.matching import EXACT_BUDGET, arrangements, search
+from topology.policies.matching import EXACT_BUDGET, Objective, arrangements, search
 from topology.policies.memo import Memo
 
 OUT = Path(__file__).parent / "results" / "matching.json"
@@ -36,7 +37,8 @@ def main() -> None:
     rng = random.Random(args.seed)
     memo = Memo()  # per-class tables kept across cases, as a policy runner keeps them
     machines = [m for m in ("mapa-torus-16", "mapa-cubemesh-16") if m in catalog.names()]
-    cases = []
+    cases: list[dict[str, Any]] = []
+    objectives: tuple[Objective, ...] = ("effbw-gputopo", "effbw-mapa", "aggbw")
     trials = 2 if args.quick else 6
     sizes = [(6, ring(6)), (8, ring(8))] if not args.quick else [(6, ring(6))]
     if not args.quick:
@@ -44,17 +46,17 @@ def main() -> None:
     for mname in machines:
         topo = catalog.get(mname)
         for k, pattern in sizes:
-            for objective in ("effbw-gputopo", "effbw-mapa", "aggbw"):
+            for objective in objectives:
                 for t in range(trials):
                     n_free = 16 if t == 0 else rng.randint(k + 2, 15)
                     free = sorted(rng.sample(range(16), n_free))
                     t0 = time.perf_counter()
-                    pruned = search(topo, free, pattern, objective, memo=memo)  # type: ignore[arg-type]
+                    pruned = search(topo, free, pattern, objective, memo=memo)
                     t1 = time.perf_counter()
-                    full = search(topo, free, pattern, objective, budget=10**12, table=False)  # type: ignore[arg-type]
+                    full = search(topo, free, pattern, objective, budget=10**12, table=False)
                     t2 = time.perf_counter()
-                    best = full.best.score(objective)  # type: ignore[arg-type]
-                    got = pruned.best.score(objective)  # type: ignore[arg-type]
+                    best = full.best.score(objective)
+                    got = pruned.best.score(objective)
                     gap = 0.0 if best <= 0 else max(0.0, 1 - got / best) * 100
                     cases.append(
                         {
