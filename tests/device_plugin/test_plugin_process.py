@@ -137,6 +137,8 @@ def start_and_watch(kubelet: KubeletStub, plugin: PluginProcess, oracle: bool = 
     for r in RESOURCES:
         kubelet.watch(r)
     kubelet.wait_devices(RESOURCE_GPU, lambda ds: len(ds) == 8)
+    for r in RESOURCES:  # a kubelet with no device list of a resource yet would ask for none
+        kubelet.wait_devices(r, lambda ds: len(ds) > 0)
 
 
 def rpc_error(call: Any) -> grpc.RpcError:
@@ -287,6 +289,8 @@ def test_colocation_slots_get_the_mps_environment(env) -> None:  # type: ignore[
     for r in RESOURCES:
         kubelet.watch(r)
     kubelet.wait_devices(RESOURCE_GPU_SHARED, lambda ds: len(ds) == 24)
+    # pod a asks vgpu-memory too: a kubelet with no device list of it yet would ask for none
+    kubelet.wait_devices(RESOURCE_VGPU_MEMORY, lambda ds: len(ds) == 8 * (16160 // 256))
 
     got = kubelet.admit_pod("default", "a", {RESOURCE_GPU_SHARED: 1, RESOURCE_VGPU_MEMORY: 16})
     for res in (RESOURCE_GPU_SHARED, RESOURCE_VGPU_MEMORY):
