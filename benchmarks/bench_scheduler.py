@@ -22,6 +22,10 @@ each pod gets its node), each measured in two modes:
   its competition for the CPUs are part of it;
 * **backlog** — kube-scheduler is stopped, the pods are created, then it is started; pods/s
   counts from the first bind to the last: what the scheduler (and the extender) sustain.
+* **paced** (only with ``--modes …,paced``) — the scheduler is running and the pods arrive at
+  ``--paced-rate`` per second (default 20), below what the cluster sustains: the latencies,
+  bind's among them, of a cluster that keeps up, as most production clusters do most of the
+  time, rather than of a queue.
 
 * ``no-extender`` — pods asking for CPU only, under the same scheduler: the extender manages
   only GPU resources, so kube-scheduler never calls it (its own bind, its own client QPS);
@@ -99,6 +103,8 @@ OUT = Path(__file__).parent / "results" / "scheduler.json"
 MACHINE = "dgx1-v100"
 RUN_LABEL = "gputopo.io/bench-run"
 MODES = ("stream", "backlog")
+#: Pods per second created in ``paced`` mode (``--paced-rate``).
+PACED_RATE = 20.0
 
 
 # ---------------------------------------------------------------------------- trivial extender
@@ -288,12 +294,15 @@ class BindWatch:
 
 def measure(
     gc: GpuCluster, pods: Sequence[GpuPod], run: str, timeout_s: float,
-    backlog_config: str | None = None,
+    backlog_config: str | None = None, *, rate: float | None = None,
 ) -> dict[str, Any]:
     """Create ``pods`` (8 threads) and wait until all are bound; times in seconds.
 
     Stream mode (``backlog_config`` None): the scheduler is running; ``pods_per_s`` counts
     from the first create call to the last bind, so it includes the client's create rate.
+    Paced (``rate`` pods per second, stream mode): one thread creates pod *i* at
+    ``i / rate`` seconds, an arrival rate below what the cluster sustains, so latencies are
+    those of a cluster that keeps up rather than of a queue.
     Backlog mode: the scheduler is stopped, the pods are created, then kube-scheduler is
     started with ``backlog_config``; ``pods_per_s`` counts from the first bind to the last
     (scheduler-limited: no create calls compete, start-up excluded).
@@ -310,8 +319,13 @@ def measure(
         gc.create_pod(p)
         created[p.name] = time.monotonic()
 
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(create, labelled))
+    if rate is None:
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(create, labelled))
+    else:
+        for i, p in enumerate(labelled):
+            time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+            create(p)
     t_created = time.monotonic()
     if backlog_config is not None:
         gc.start_scheduler(backlog_config)
@@ -578,7 +592,8 @@ def binding_floor(gc: GpuCluster, size: Size, concurrency: int) -> dict[str, Any
 # ---------------------------------------------------------------------------- main
 def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
              extender_args: Sequence[str] = (), *, compare_args: Sequence[str] | None = None,
-             modes: Sequence[str] = MODES, baseline: bool = True) -> dict[str, Any]:
+             modes: Sequence[str] = MODES, baseline: bool = True,
+             paced_rate: float = PACED_RATE) -> dict[str, Any]:
     """Every scenario on one fresh control plane of ``size``; see the module docstring.
     ``extender_args`` are added to the gputopo extender's command line; ``compare_args``
     (None: no such scenario) start a second gputopo extender, ``gputopo-b``, with these
@@ -619,14 +634,15 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
         for rep in range(repeats):
             for name, config, make in plan:
                 for mode in modes:
-                    if mode == "stream" and gc.scheduler_config != configs[config]:
+                    if mode != "backlog" and gc.scheduler_config != configs[config]:
                         gc.start_scheduler(configs[config])
                     mine = extenders.get(name)
                     before = extender_histograms(mine.url) if mine is not None else {}
                     pid = pids.get(name)
                     cpu0 = cpu_seconds(pid) if pid is not None else None
                     result = measure(gc, make(size), f"{name}-{mode}-{rep}", timeout_s,
-                                     configs[config] if mode == "backlog" else None)
+                                     configs[config] if mode == "backlog" else None,
+                                     rate=paced_rate if mode == "paced" else None)
                     if pid is not None and cpu0 is not None:
                         result["extender_cpu_ms_per_pod"] = cpu_per_pod(
                             cpu0, cpu_seconds(pid), size.pods)
@@ -731,10 +747,12 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
 
 def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool,
         extender_args: Sequence[str] = (), *, compare_args: Sequence[str] | None = None,
-        modes: Sequence[str] = MODES, baseline: bool = True) -> dict[str, Any]:
+        modes: Sequence[str] = MODES, baseline: bool = True,
+        paced_rate: float = PACED_RATE) -> dict[str, Any]:
     load_before = os.getloadavg()
     results = {size.label: run_size(size, repeats, timeout_s, probe, extender_args,
-                                    compare_args=compare_args, modes=modes, baseline=baseline)
+                                    compare_args=compare_args, modes=modes, baseline=baseline,
+                                    paced_rate=paced_rate)
                for size in sizes}
     return {
         "benchmark": "bench_scheduler",
@@ -742,6 +760,7 @@ def run(sizes: Sequence[Size], repeats: int, timeout_s: float, probe: bool,
         "extender_args": list(extender_args),
         "compare_extender_args": None if compare_args is None else list(compare_args),
         "modes": list(modes),
+        **({"paced_rate": paced_rate} if "paced" in modes else {}),
         "env": {
             "python": platform.python_version(),
             "cpus": os.cpu_count(),
@@ -816,7 +835,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "with these options, in turn with the others on the same control "
                          "plane: an A/B of two settings under the same conditions")
     ap.add_argument("--modes", default=",".join(MODES),
-                    help="comma-separated modes to run: stream, backlog (default both)")
+                    help="comma-separated modes to run: stream, backlog (default both), "
+                         "paced (pods created at --paced-rate)")
+    ap.add_argument("--paced-rate", type=float, default=PACED_RATE,
+                    help=f"pods per second created in paced mode (default {PACED_RATE:g})")
     ap.add_argument("--no-baseline", action="store_true",
                     help="skip the no-extender scenario")
     ap.add_argument("--serve-trivial", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -832,13 +854,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.repeats < 1:
         ap.error("--repeats must be positive")
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or any(m not in MODES for m in modes):
-        ap.error(f"--modes takes {' and/or '.join(MODES)}, got {args.modes!r}")
+    if not modes or any(m not in (*MODES, "paced") for m in modes):
+        ap.error(f"--modes takes stream, backlog and/or paced, got {args.modes!r}")
+    if args.paced_rate <= 0:
+        ap.error("--paced-rate must be positive")
     compare = (None if args.compare_extender_args is None
                else shlex.split(args.compare_extender_args))
     doc = run([SIZES[s] for s in labels], args.repeats, args.timeout, not args.no_probe,
               shlex.split(args.extender_args), compare_args=compare, modes=modes,
-              baseline=not args.no_baseline)
+              baseline=not args.no_baseline, paced_rate=args.paced_rate)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print("pods/s, median of the repeats")
