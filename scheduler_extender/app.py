@@ -93,7 +93,7 @@ def tune_interpreter(switch_interval_s: float = 0.0005) -> None:
       and the two watch threads run Python too. A thread that wants the GIL waits until the
       holder gives it up, at the latest after the switch interval; kube-scheduler calls filter
       and prioritize inside its one serial scheduling cycle, so each such wait is added to
-      every pod's cycle. With 5 ms, gputopo reached 0.58–0.79× a trivial extender's pods/s in
+      every pod's cycle. With 5 ms, gputopo reached 0.58–0.87× a trivial extender's pods/s in
       the 100-node, 1,000-pod backlog; with 0.5 ms, 0.89–1.19× in the same conditions and
       less CPU per pod (``benchmarks/results/switch-interval.json``, docs/performance.md).
     """

@@ -88,7 +88,7 @@ class ExtenderSettings(FileBackedSettings):
             milliseconds (``sys.setswitchinterval``; CPython's default is 5). The event loop
             answering filter and prioritize shares the GIL with the bind and watch threads,
             and every wait lands in kube-scheduler's serial scheduling cycle; 0.5 (the
-            default) measured 0.89–1.19× a trivial extender's pods/s where 5 gave 0.58–0.79×
+            default) measured 0.89–1.19× a trivial extender's pods/s where 5 gave 0.58–0.87×
             (``scheduler_extender.app.tune_interpreter``).
         colocation_policy: the policy for ``gputopo.io/gpu-shared`` pods when ``policy``
             does not place co-location slots (must be one that does).
