@@ -8,7 +8,13 @@ seeded identically) and the first ``n`` are taken, so a larger ``n`` extends a s
 sample (the "next draws") rather than replacing it.
 
     .venv/bin/python scripts/mutation_sample.py --seed 12 --n 50 gaia amaral ...
+    .venv/bin/python scripts/mutation_sample.py --n 60 scheduler_extender/decision.py
+    .venv/bin/python scripts/mutation_sample.py --n 60 --functions verbs-rest \
+        scheduler_extender/verbs.py
     # prints one mutant name a line; feed them to `mutmut run --max-children 1 NAME...`
+
+``--functions`` keeps only the mutants of those mutmut function names (comma-separated;
+``verbs-rest``: :data:`VERBS_REST`) before shuffling.
 
 Exit code 2 with one line if a module has no generated mutants (run mutmut once first).
 """
@@ -21,8 +27,15 @@ import random
 import sys
 from pathlib import Path
 
+#: verbs.py's functions whose mutants no round before the fourth ran (docs/testing.md).
+VERBS_REST = (
+    "xǁExtenderǁ__init__", "xǁExtenderǁ_parse_pod", "xǁExtenderǁ_ask", "x__candidates",
+    "x__filter_result", "x__version_key",
+)
 
-def sample(module: str, seed: int, n: int, root: Path = Path("mutants")) -> list[str]:
+
+def sample(module: str, seed: int, n: int, root: Path = Path("mutants"),
+           functions: frozenset[str] | None = None) -> list[str]:
     """The first ``n`` names of ``module``'s mutants shuffled with ``Random(seed)``.
 
     ``module`` is a file name under ``topology/policies/`` without ``.py`` or a path with it.
@@ -31,6 +44,8 @@ def sample(module: str, seed: int, n: int, root: Path = Path("mutants")) -> list
     path = Path(module) if module.endswith(".py") else Path("topology/policies") / f"{module}.py"
     meta = json.loads((root / f"{path}.meta").read_text())
     names = sorted(meta["exit_code_by_key"])
+    if functions is not None:
+        names = [k for k in names if k.split("__mutmut_")[0].rsplit(".", 1)[-1] in functions]
     random.Random(seed).shuffle(names)
     return names[:n]
 
@@ -40,11 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--n", type=int, default=50, help="mutants per module")
+    parser.add_argument("--functions", default=None,
+                        help="only these mutmut function names (comma-separated; verbs-rest)")
     parser.add_argument("modules", nargs="+")
     args = parser.parse_args(argv)
+    functions = None if args.functions is None else frozenset(
+        VERBS_REST if args.functions == "verbs-rest" else args.functions.split(","))
     for module in args.modules:
         try:
-            names = sample(module, args.seed, args.n)
+            names = sample(module, args.seed, args.n, functions=functions)
         except FileNotFoundError:
             print(f"no mutants generated for {module}: run mutmut once first", file=sys.stderr)
             return 2
