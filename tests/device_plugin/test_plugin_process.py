@@ -381,10 +381,10 @@ def test_kubelet_restart_makes_the_plugin_register_again(env) -> None:  # type: 
     d = decide(TOPO, NodeState(), Request(count=2))
     plugin.set_pods([bound_pod("after-restart", d)])
     start_and_watch(kubelet, plugin)
-    old = {r: kubelet.endpoint(r) for r in RESOURCES}
-
-    kubelet.restart()  # deletes every socket in the directory, new kubelet.sock
-    assert not any(p.exists() for p in old.values())
+    # restart() deletes every socket in the directory and clears the registrations; the
+    # plugin may re-create its sockets under the same names before restart() even returns, so
+    # what is checked is that it registers again and serves from its new sockets
+    kubelet.restart()
     regs = kubelet.wait_registered(RESOURCES, timeout=20)
     for r in RESOURCES:
         assert (plugin.dir / regs[r].endpoint).is_socket()
