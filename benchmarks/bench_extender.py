@@ -185,7 +185,7 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
         return {"provisional": rt.metrics.provisional._value.get()}
 
     app.include_router(bench)
-    tune_interpreter()
+    tune_interpreter(settings.gil_switch_interval_ms / 1000)
     del uvicorn  # serve() runs it
     with serve(app) as url:
         conn.send({"url": url, "running": running, "fill_seconds": fill_s})

@@ -76,7 +76,7 @@ class SyncedGate:
                                     "and pods are being listed); retry")
 
 
-def tune_interpreter(switch_interval_s: float = 0.0005) -> None:
+def tune_interpreter(switch_interval_s: float) -> None:
     """Interpreter settings for a long-running extender (call once, before serving).
 
     Args:
@@ -88,7 +88,7 @@ def tune_interpreter(switch_interval_s: float = 0.0005) -> None:
       50–150 ms pauses to filter calls. Freeze what exists at start (imports, catalog) and
       collect the young generation less often; cached values are acyclic and are freed by
       reference counting when evicted.
-    * **GIL switch interval** (0.5 ms by default instead of CPython's 5 ms). The event
+    * **GIL switch interval** (the settings' default 0.5 ms, not CPython's 5 ms). The event
       loop answers ``/filter`` and ``/prioritize`` while up to ``bind_concurrency`` bind threads
       and the two watch threads run Python too. A thread that wants the GIL waits until the
       holder gives it up, at the latest after the switch interval; kube-scheduler calls filter

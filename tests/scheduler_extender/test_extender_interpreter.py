@@ -14,7 +14,7 @@ from scheduler_extender.settings import load_settings
 before = sys.getswitchinterval()
 tune_interpreter(load_settings({{"gil_switch_interval_ms": {ms}}}).gil_switch_interval_ms / 1000)
 given = sys.getswitchinterval()
-tune_interpreter()
+tune_interpreter(load_settings({{}}).gil_switch_interval_ms / 1000)
 print(json.dumps({{"before": before, "given": given, "default": sys.getswitchinterval(),
                   "threshold": gc.get_threshold(), "frozen": gc.get_freeze_count()}}))
 """
