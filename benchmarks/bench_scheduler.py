@@ -696,19 +696,19 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
         }
         for name, by_mode in runs.items()
     }
-    ratio = {
-        mode: round(scenarios["gputopo"][mode]["pods_per_s_median"]
-                    / scenarios["trivial-extender"][mode]["pods_per_s_median"], 2)
-        for mode in modes
-    }
+
+    def over_trivial(name: str) -> dict[str, float]:
+        """Median pods/s of scenario ``name`` over the trivial extender's, per mode."""
+        return {mode: round(scenarios[name][mode]["pods_per_s_median"]
+                            / scenarios["trivial-extender"][mode]["pods_per_s_median"], 2)
+                for mode in modes}
+
+    ratio = over_trivial("gputopo")
     compared: dict[str, Any] = {}
     if compare_args is not None:
         compared = {
             "extender_args": list(compare_args),
-            "gputopo_b_over_trivial": {
-                mode: round(scenarios["gputopo-b"][mode]["pods_per_s_median"]
-                            / scenarios["trivial-extender"][mode]["pods_per_s_median"], 2)
-                for mode in modes},
+            "gputopo_b_over_trivial": over_trivial("gputopo-b"),
             "ratio_per_repeat": {
                 mode: {name: [round(a["pods_per_s"] / t["pods_per_s"], 2) for a, t in zip(
                     runs[name][mode], runs["trivial-extender"][mode], strict=True)]
