@@ -202,7 +202,11 @@ def serve(app: FastAPI, host: str = "127.0.0.1", port: int = 0) -> Iterator[str]
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     actual = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
+    from scheduler_extender.auth import uvicorn_options  # the extender's own server options
+
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
+                            **uvicorn_options(mode="none", tls_cert=None, tls_key=None,
+                                              client_ca=None))
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True,
                               name="gputopo-demo-extender")

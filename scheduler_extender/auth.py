@@ -59,7 +59,60 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 PeerCert = dict[str, Any]
 
 
-class PeerCertHttpToolsProtocol(HttpToolsProtocol):
+class _OneWriteResponse:
+    """The transport as one response's :class:`RequestResponseCycle` sees it: the status
+    line and headers are held back until the first body write and leave with it in one
+    ``write()`` (uvicorn writes them separately: two system calls, two TCP segments, and on a
+    small host two wake-ups of kube-scheduler per reply). Anything else passes through; a
+    close sends what is held first."""
+
+    __slots__ = ("_transport", "_cycle", "_held", "_headers_seen")
+
+    def __init__(self, transport: asyncio.Transport, cycle: Any) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._held: bytes | None = None
+        self._headers_seen = False
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif self._cycle.response_started and not self._headers_seen:
+            # the first write after http.response.start: the status line and headers (a
+            # "100 Continue" is written before the response starts and passes through)
+            self._headers_seen = True
+            self._held = data
+            return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._transport.write(self._held)
+            self._held = None
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+
+class OneWriteHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools HTTP protocol (the C parser the extender runs on) writing each
+    reply — status line, headers and body — in one ``write()``.
+
+    kube-scheduler waits for every ``/filter`` and ``/prioritize`` reply inside its one
+    serial scheduling cycle; a reply split in two costs a second system call on the
+    extender's side and a second wake-up on the scheduler's (docs/performance.md, "One write
+    per reply"). Used for every ``--auth`` mode (:func:`uvicorn_options`).
+    """
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.transport is self.transport:
+            cycle.transport = _OneWriteResponse(self.transport, cycle)  # type: ignore[assignment]
+
+
+class PeerCertHttpToolsProtocol(OneWriteHttpToolsProtocol):
     """uvicorn's httptools HTTP protocol (the C parser the extender runs on) that records the
     connection's verified client certificate.
 
@@ -182,7 +235,7 @@ def uvicorn_options(
     work) and the certificate-recording protocol (over httptools, which uvicorn picks itself
     when installed, as gputopo's dependencies have it; other modes keep uvicorn's choice).
     """
-    opts: dict[str, Any] = {"proxy_headers": False}
+    opts: dict[str, Any] = {"proxy_headers": False, "http": OneWriteHttpToolsProtocol}
     if tls_cert:
         opts["ssl_certfile"] = tls_cert
         opts["ssl_keyfile"] = tls_key

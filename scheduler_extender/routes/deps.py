@@ -54,6 +54,24 @@ async def read_body(request: Request, model: type[M]) -> M:
         raise RequestValidationError(exc.errors(include_url=False)) from None
 
 
+def describe_validation(exc: RequestValidationError) -> str:
+    """The one-line ``Error`` of a body that is not valid JSON or not the verb's schema:
+    the first problem, where it is, and how many more there are."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid request body"
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        ctx = first.get("ctx") or {}
+        text = f"malformed JSON body: {ctx.get('error', first.get('msg', 'invalid JSON'))}"
+    else:
+        loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+        where = ".".join(loc) or "body"
+        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+        text = f"invalid request body at {where}: {first.get('msg', 'invalid')}{more}"
+    return " ".join(text.split())
+
+
 def body_doc(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` documenting ``model`` as the JSON request body."""
     return {
