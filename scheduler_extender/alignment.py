@@ -105,8 +105,9 @@ class NUMAAlignment:
                 self._seen[name] = parsed
             return parsed
         found = self.state.node_kubelet_config(name)
-        if isinstance(found, KubeletConfig) and not found.aligning and name in self._seen:
-            return self._seen[name]
+        if self._seen and (found is KUBELET_DEFAULTS or (
+                isinstance(found, KubeletConfig) and not found.aligning)):
+            return self._seen.get(name, found)
         return found
 
     def _parse(self, labels: Mapping[str, Any]) -> KubeletConfig | KubeletConfigError:

@@ -268,6 +268,11 @@ class Extender:
 #: Pods whose parsed request is kept by (UID, resourceVersion): a filter's pod for its
 #: prioritize (oldest dropped first).
 _PARSED_SIZE = 4096
+#: Candidates by node name (``nodeCacheCapable`` calls name every node, every pod): a
+#: name-only Candidate is immutable, so one per name is shared by every call; forgotten
+#: wholesale past this many names (nodes come and go).
+_NAMED: dict[str, Candidate] = {}
+_NAMED_SIZE = 65_536
 
 
 def _version_key(pod: Mapping[str, Any], uid: str) -> tuple[str, str] | None:
@@ -299,7 +304,11 @@ def _candidates(args: ExtenderArgs) -> list[Candidate]:
                 raise PodError(f"Nodes.items[{i}] has no metadata.name")
             out.append(Candidate(name, node))
         return out
-    return [Candidate(n) for n in (args.NodeNames or [])]
+    names = args.NodeNames or []
+    if len(_NAMED) + len(names) > _NAMED_SIZE:
+        _NAMED.clear()
+    named = _NAMED.get
+    return [named(n) or _NAMED.setdefault(n, Candidate(n)) for n in names]
 
 
 def _candidate_names_lenient(args: ExtenderArgs) -> list[str]:
