@@ -108,15 +108,18 @@ PACED_RATE = 20.0
 
 
 # ---------------------------------------------------------------------------- trivial extender
-def serve_trivial_extender(port: int, kubeconfig: str) -> None:
+def serve_trivial_extender(port: int, kubeconfig: str | None) -> None:
     """Serve the trivial extender on 127.0.0.1:``port`` until killed.
 
     ``/filter`` passes every node (``NodeNames`` in, ``NodeNames`` out), ``/prioritize`` scores
-    every node 0, ``/bind`` creates the pod's Binding with the official client.
+    every node 0, ``/bind`` creates the pod's Binding with the official client (without a
+    ``kubeconfig``, bind answers an ``Error``: :mod:`benchmarks.bench_verbs` calls only the
+    first two).
     """
     from kubernetes import client, config
 
-    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+    core = (client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
+            if kubeconfig else None)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as kube-scheduler's client expects
@@ -137,12 +140,15 @@ def serve_trivial_extender(port: int, kubeconfig: str) -> None:
                 names = body.get("NodeNames") or [
                     n["metadata"]["name"] for n in (body.get("Nodes") or {}).get("items", [])]
                 reply = [{"Host": n, "Score": 0} for n in names]
+            elif self.path.endswith("/bind") and core is None:
+                reply = {"Error": "this trivial extender has no API server to bind with"}
             elif self.path.endswith("/bind"):
                 binding = client.V1Binding(
                     metadata=client.V1ObjectMeta(name=body["PodName"], uid=body["PodUID"]),
                     target=client.V1ObjectReference(kind="Node", name=body["Node"]),
                 )
                 try:
+                    assert core is not None  # the branch above
                     resp: Any = core.create_namespaced_pod_binding(
                         body["PodName"], body["PodNamespace"], binding, _preload_content=False)
                     resp.read()  # the raw reply (a Status, which the client cannot read as a
