@@ -44,6 +44,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from scheduler_extender.profiles import ColocationInputs
@@ -107,9 +108,14 @@ _QUANTITY = re.compile(
 )
 
 
+@lru_cache(maxsize=4096)
 def _parse_quantity(text: str) -> Fraction | None:
     """A Kubernetes quantity string (``"2"``, ``"1.5Gi"``, ``"500m"``, ``"1e3"``) as an exact
-    number, or None when it is not one (a sign is not accepted)."""
+    number, or None when it is not one (a sign is not accepted).
+
+    Cached by text (a ``Fraction`` is immutable): every pod's quantities are parsed on each
+    filter, and a cluster's pods repeat a handful of them ("1", "4Gi", "25"); the regular
+    expression and ``Fraction`` arithmetic were a third of a 100-node filter's time."""
     m = _QUANTITY.match(text.strip())
     if m is None:
         return None
