@@ -140,6 +140,21 @@ def test_unknown_gpu_memory_is_said_as_such() -> None:
     assert "GPU memory is unknown" in reply["FailedAndUnresolvableNodes"]["mystery"]
 
 
+def test_a_share_larger_than_every_gpu_is_refused_unresolvably_with_both_sizes() -> None:
+    """A vGPU share asking more memory than any GPU of a node has: no eviction frees memory a
+    GPU does not have, so the node is refused unresolvably (kube-scheduler does not preempt
+    for it), and the Error names what the pod asks and what the node's largest GPU has; a
+    node with larger GPUs takes the pod."""
+    state = MemoryState({"v100": DGX, "a100": catalog.get("dgx-a100")})
+    pod = share_pod(memory_units=80)  # 80 x 256 MiB = 20480 MiB > a V100's 16160
+    reply = Extender(state, "gputopo").filter(
+        ExtenderArgs.model_validate(names_args(pod, ["v100", "a100"])))
+    assert reply["Error"] == "" and reply["NodeNames"] == ["a100"]
+    assert reply["FailedNodes"] == {}
+    reason = reply["FailedAndUnresolvableNodes"]["v100"]
+    assert "20480 MiB" in reason and "16160 MiB" in reason
+
+
 # ------------------------------------------------------------------ the Kubernetes backend
 @pytest.fixture
 def kube() -> Iterator[tuple[FakeKubeAPI, KubernetesState]]:
