@@ -4,6 +4,7 @@ allocations (what preemption asks) and a request the policy refuses, inline and 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
@@ -216,3 +217,46 @@ def test_prioritize_decides_small_nodes_in_its_own_time_without_workers() -> Non
     assert [r.score for r in rows] == [r.score for r in want] and all(
         r.score for r in rows)
     assert not any(r.outcome.provisional for r in rows)
+
+
+class _DiesWhileWaitedJob(Job):
+    """A job a worker is running when the decider first looks, and whose worker process dies
+    while the decider waits on it (the OOM killer, say): the wait ends with the job failed."""
+
+    __slots__ = ()
+
+    def wait(self, timeout: float | None) -> bool:
+        self.error = BrokenProcessPool("a worker process died")
+        self.done.set()
+        return True
+
+
+class WorkerDiesPool(FinishedAtOncePool):
+    """A worker pool each of whose jobs is already running (the decider cannot claim it) and
+    fails while waited on."""
+
+    def submit(self, call: int, position: int, key: object, args: tuple[object, ...],
+               on_result: Callable[[WorkerResult], object], *, reprioritize: bool) -> Job:
+        job = _DiesWhileWaitedJob(key, args, on_result)
+        job.started = True
+        return job
+
+    def claim(self, job: Job) -> bool:
+        return False
+
+
+def test_a_job_whose_worker_died_while_waited_on_is_decided_here() -> None:
+    """Two 16-GPU nodes sent to the workers (no cost estimate for the shape yet); their
+    worker dies while the decider waits: each node is decided in this thread instead — the
+    answers and scores a decider without a budget gives, not a failed verb."""
+    big = catalog.get("mapa-cubemesh-16")
+    state = MemoryState({"a": big, "b": big})
+    state.book.set_unhealthy("b", [0])
+    decider = Decider(state, Metrics(), budget_ms=60_000, workers=0)
+    decider.workers = WorkerDiesPool()  # type: ignore[assignment]
+    ask = Ask(Request(3, pattern=ring(3)), "gputopo", pod_uid="u")
+    rows = decider.decide(ask, [Candidate("a"), Candidate("b")], scored=True)
+    want = Decider(state).decide(ask, [Candidate("a"), Candidate("b")], scored=True)
+    assert [(r.name, r.outcome, r.score) for r in rows] == [
+        (r.name, r.outcome, r.score) for r in want]
+    assert all(r.outcome.decision is not None and not r.outcome.provisional for r in rows)
