@@ -72,3 +72,15 @@ def test_a_bad_planned_node_is_the_pods_error() -> None:
     pod = gpu_pod("p", 1, annotations={ANN_PLANNED_NODE: "Not A Node"})
     reply = client.post("/filter", json={"Pod": pod, "NodeNames": list(NODES)}).json()
     assert "gputopo.io/planned-node" in reply["Error"]
+
+
+def test_a_planned_node_longer_than_a_node_name_can_be_is_the_pods_error() -> None:
+    """Node names are DNS-1123 subdomains of at most 253 characters: a longer value, even of
+    valid characters, names no node — the pod's Error, not a pin every node fails."""
+    client = make_client(state())
+    too_long = ".".join(["a" * 63] * 4)  # 255 characters, every label valid
+    assert len(too_long) > 253
+    pod = gpu_pod("p", 1, annotations={ANN_PLANNED_NODE: too_long})
+    reply = client.post("/filter", json={"Pod": pod, "NodeNames": list(NODES)}).json()
+    assert "gputopo.io/planned-node" in reply["Error"] and "not a node name" in reply["Error"]
+    assert not reply.get("NodeNames")
