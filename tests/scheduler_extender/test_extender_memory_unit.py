@@ -104,16 +104,19 @@ def test_node_objects_carry_their_unit() -> None:
 
     ext = Extender(MemoryState(), "gputopo")
     pod = share_pod()
-    args = {"Pod": pod, "Nodes": {"items": [node("a", "256"), node("b", "512")]},
+    args = {"Pod": pod, "Nodes": {"items": [node("a", "256"), node("b", "512"),
+                                            node("c", None)]},
             "NodeNames": None}
     reply = ext.filter(ExtenderArgs.model_validate(args))
-    assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["a"]
+    # a Node that publishes no unit is not refused, as with node names
+    assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["a", "c"]
+    assert set(reply["FailedAndUnresolvableNodes"]) == {"b"}
     assert "512-MiB units" in reply["FailedAndUnresolvableNodes"]["b"]
     # the same node fixed: accepted (what a Node object says replaces what was seen)
     fixed = copy.deepcopy(args)
     fixed["Nodes"]["items"][1] = node("b", "256")
     reply = ext.filter(ExtenderArgs.model_validate(fixed))
-    assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["a", "b"]
+    assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["a", "b", "c"]
 
 
 def test_bind_refuses_a_node_with_another_unit() -> None:
