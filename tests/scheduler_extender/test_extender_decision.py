@@ -260,3 +260,29 @@ def test_a_job_whose_worker_died_while_waited_on_is_decided_here() -> None:
     assert [(r.name, r.outcome, r.score) for r in rows] == [
         (r.name, r.outcome, r.score) for r in want]
     assert all(r.outcome.decision is not None and not r.outcome.provisional for r in rows)
+
+
+class PolicyFailsPool(FinishedAtOncePool):
+    """A worker pool on which the policy raises (a bug): each job finishes at once with the
+    worker's report of the failure."""
+
+    def submit(self, call: int, position: int, key: object, args: tuple[object, ...],
+               on_result: Callable[[WorkerResult], object], *, reprioritize: bool) -> Job:
+        job = Job(key, args, on_result)
+        job.result = on_result(WorkerResult(Status.FAILED, message="ZeroDivisionError: bug"))
+        job.done.set()
+        return job
+
+
+def test_a_policy_that_fails_on_a_worker_fails_the_node_saying_so() -> None:
+    """A policy that raises on a worker fails the node — not provisional, not passed — with a
+    reason naming the policy and the worker's report, as a failure in this thread does
+    (``policy <name> failed: <type>: <message>``)."""
+    big = catalog.get("mapa-cubemesh-16")
+    state = MemoryState({"big": big})
+    decider = Decider(state, Metrics(), budget_ms=60_000, workers=0)
+    decider.workers = PolicyFailsPool()  # type: ignore[assignment]
+    ask = Ask(Request(3, pattern=ring(3)), "gputopo", pod_uid="u")
+    (row,) = decider.decide(ask, [Candidate("big")], scored=True)
+    assert not row.outcome.passes and not row.outcome.provisional and row.score == 0
+    assert row.outcome.reason == "policy gputopo failed: ZeroDivisionError: bug"
