@@ -288,6 +288,34 @@ def test_best_effort_mask_too_small_takes_its_gpus_first() -> None:
     assert kubelet_accepts(A100, state.node_state("n"), request, config, demand, gpus)
 
 
+def test_bind_takes_the_gpus_filter_chose_where_best_effort_takes_its_mask_first() -> None:
+    """The scene above through the verbs: a Guaranteed pod with 2 whole CPUs asks 3 GPUs of a
+    best-effort DGX A100 whose merged mask holds only 2 free GPUs. Filter passes the node with
+    the policy's choice completing the mask's GPUs; bind, deciding again on its own — here with
+    the decision caches emptied in between (bounded: a busy extender forgets) — must bind
+    exactly those GPUs: not refuse the pod, nor choose others."""
+    config = KubeletConfig(POLICY_BEST_EFFORT, "container", "static")
+    state = MemoryState()
+    state.add_node("n", A100, kubelet=config)
+    from scheduler_extender.state import Allocation, PodRef
+
+    for g in (2, 3):
+        state.book.add(Allocation(PodRef("default", f"h{g}", f"h{g}"), "n", (g,), 0, 0), A100)
+    limits = {RESOURCE_GPU: "3", "cpu": "2", "memory": "8Gi"}
+    pod = gpu_pod("trio", resources={"limits": limits, "requests": dict(limits)})
+    assert pod_demand(pod) == PodDemand(2, 2, 1)
+    ext = Extender(state, "gputopo")
+    assert filter_names(ext, pod, ["n"])["NodeNames"] == ["n"]
+    (row,) = Decider(state).decide(Ask(Request(3), "gputopo", demand=pod_demand(pod)),
+                                   [Candidate("n")])
+    assert row.outcome.decision is not None
+    ext.decider.clear_caches()
+    assert ext.bind(ExtenderBindingArgs.model_validate(bind_args(pod, "n"))) == {"Error": ""}
+    bound = state.allocation("uid-trio")
+    assert bound is not None and bound.gpus == row.outcome.decision.gpus
+    assert {0, 1} < set(bound.gpus)
+
+
 @st.composite
 def scenes(draw: st.DrawFn) -> tuple[Any, NodeState, Request, KubeletConfig, PodDemand]:
     topo = draw(st.sampled_from([DGX1, A100]))
