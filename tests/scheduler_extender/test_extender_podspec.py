@@ -82,6 +82,9 @@ def test_canonical_quantities_from_the_api_server() -> None:
     assert r is not None and r.memory_mib == 1024
     r = request_from_pod(pod([c({GPU: "2e0"})]))
     assert r is not None and r.count == 2
+    # the decimal-exponent form is kept as written ("12e3" stays "12e3"): powers of ten
+    r = request_from_pod(pod([c({CORE: "50", MEM: "12e3"})]), memory_unit_mib=1)
+    assert r is not None and r.memory_mib == 12000
 
 
 def test_pass_through() -> None:
