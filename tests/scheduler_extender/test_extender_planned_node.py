@@ -76,7 +76,8 @@ def test_a_bad_planned_node_is_the_pods_error() -> None:
 
 def test_a_planned_node_longer_than_a_node_name_can_be_is_the_pods_error() -> None:
     """Node names are DNS-1123 subdomains of at most 253 characters: a longer value, even of
-    valid characters, names no node — the pod's Error, not a pin every node fails."""
+    valid characters, names no node — the pod's Error, not a pin every node fails; 253
+    characters are a pin."""
     client = make_client(state())
     too_long = ".".join(["a" * 63] * 4)  # 255 characters, every label valid
     assert len(too_long) > 253
@@ -84,3 +85,8 @@ def test_a_planned_node_longer_than_a_node_name_can_be_is_the_pods_error() -> No
     reply = client.post("/filter", json={"Pod": pod, "NodeNames": list(NODES)}).json()
     assert "gputopo.io/planned-node" in reply["Error"] and "not a node name" in reply["Error"]
     assert not reply.get("NodeNames")
+    # 253 characters is still a node name: the pod is pinned to it (no node here has it)
+    longest = ".".join(["a" * 63] * 4)[:253]
+    pinned = gpu_pod("q", 1, annotations={ANN_PLANNED_NODE: longest})
+    reply = client.post("/filter", json={"Pod": pinned, "NodeNames": list(NODES)}).json()
+    assert reply["Error"] == "" and set(reply["FailedAndUnresolvableNodes"]) == set(NODES)
