@@ -161,6 +161,12 @@ def test_guaranteed_cpus_make_restricted_reject_a_pod_spanning_nodes() -> None:
     frac = {RESOURCE_GPU: "5", "cpu": "3500m", "memory": "8Gi"}
     burst = gpu_pod("f", resources={"limits": frac, "requests": dict(frac)})
     assert filter_names(ext, burst, ["r"])["NodeNames"] == ["r"]
+    # with pod-level resources the CPU manager has no preference (PodLevelResourceManagers
+    # is alpha, off): the same Guaranteed pod adds no CPU hints and is admitted
+    pod_level = gpu_pod("pl", resources={"limits": limits, "requests": dict(limits)})
+    pod_level["spec"]["resources"] = {"limits": {"cpu": "4", "memory": "8Gi"},
+                                      "requests": {"cpu": "4", "memory": "8Gi"}}
+    assert filter_names(ext, pod_level, ["r"])["NodeNames"] == ["r"]
 
 
 def test_several_gpu_containers_under_the_container_scope_are_refused() -> None:
