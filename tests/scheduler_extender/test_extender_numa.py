@@ -122,6 +122,32 @@ def test_node_objects_carry_the_settings_in_labels() -> None:
     assert "strict" in reply["FailedAndUnresolvableNodes"]["c"]
 
 
+def test_binds_on_aligning_nodes_known_only_from_node_objects_read_each_nodes_state() -> None:
+    """Two single-numa-node DGX-1s the state backend knows no topology of (it came in the
+    Node objects; their pods are known): ``n1`` has GPUs 0-2 held, ``n2`` GPUs 4-6. A 2-GPU
+    pod goes on NUMA 1 of ``n1``, the next on NUMA 0 of ``n2``: bind must judge each node on
+    its own state, not reuse the other node's NUMA alignment."""
+    from scheduler_extender.state import Allocation, PodRef
+
+    state = MemoryState()
+    for name, busy in (("n1", (0, 1, 2)), ("n2", (4, 5, 6))):
+        for g in busy:
+            state.book.add(Allocation(PodRef("default", f"{name}-{g}", f"{name}-{g}"), name,
+                                      (g,)), DGX1)
+    items = [{"metadata": {"name": n, "labels": kubelet_config_labels(SNN),
+                           "annotations": {ANN_TOPOLOGY: dumps(DGX1)}}} for n in ("n1", "n2")]
+    ext = Extender(state, "gputopo")
+    for pod_name, target, numa_gpus in (("a", "n1", {4, 5, 6, 7}), ("b", "n2", {0, 1, 2, 3})):
+        pod = gpu_pod(pod_name, 2)
+        reply = ext.filter(ExtenderArgs.model_validate(
+            {"Pod": pod, "Nodes": {"items": items}, "NodeNames": None}))
+        assert [n["metadata"]["name"] for n in reply["Nodes"]["items"]] == ["n1", "n2"]
+        out = ext.bind(ExtenderBindingArgs.model_validate(bind_args(pod, target)))
+        assert out == {"Error": ""}
+        bound = state.allocation(f"uid-{pod_name}")
+        assert bound is not None and bound.node == target and set(bound.gpus) <= numa_gpus
+
+
 def test_prioritize_scores_the_constrained_decision() -> None:
     """A node where the kubelet rejects the pod scores 0."""
     state = two_nodes(busy=(0, 1, 2, 4, 5, 6))
