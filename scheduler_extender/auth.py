@@ -101,8 +101,8 @@ class OneWriteHttpToolsProtocol(HttpToolsProtocol):
 
     kube-scheduler waits for every ``/filter`` and ``/prioritize`` reply inside its one
     serial scheduling cycle; a reply split in two costs a second system call on the
-    extender's side and a second wake-up on the scheduler's (docs/performance.md, "One write
-    per reply"). Used for every ``--auth`` mode (:func:`uvicorn_options`).
+    extender's side and a second wake-up on the scheduler's (docs/performance.md, "The scoring
+    fast path"). Used for every ``--auth`` mode (:func:`uvicorn_options`).
     """
 
     def on_headers_complete(self) -> None:
