@@ -574,6 +574,7 @@ class Decider:
         place: Callable[[Topology, NodeState], Decision | None] | None = None
         for c in candidates:
             name, node = c.name, c.node
+            # _view's common case inlined (a method call per node was 15 % of a filter):
             if node is None and not c.without:  # nodeCacheCapable: the backend's view
                 view = node_view(name)
                 if by_free and view.by_free is not None:
