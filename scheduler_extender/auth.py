@@ -64,7 +64,7 @@ class _OneWriteResponse:
     line and headers are held back until the first body write and leave with it in one
     ``write()`` (uvicorn writes them separately: two system calls, two TCP segments, and on a
     small host two wake-ups of kube-scheduler per reply). Anything else passes through; a
-    close sends what is held first."""
+    close, and the end of the response (:meth:`flush`), send what is held first."""
 
     __slots__ = ("_transport", "_cycle", "_held", "_headers_seen")
 
@@ -85,10 +85,14 @@ class _OneWriteResponse:
             return
         self._transport.write(data)
 
-    def close(self) -> None:
+    def flush(self) -> None:
+        """Send what is held (a response that ends with no body write: ``HEAD``)."""
         if self._held is not None:
             self._transport.write(self._held)
             self._held = None
+
+    def close(self) -> None:
+        self.flush()
         self._transport.close()
 
     def is_closing(self) -> bool:
@@ -109,7 +113,15 @@ class OneWriteHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.transport is self.transport:
-            cycle.transport = _OneWriteResponse(self.transport, cycle)  # type: ignore[assignment]
+            one = _OneWriteResponse(self.transport, cycle)
+            cycle.transport = one  # type: ignore[assignment]
+            finished = cycle.on_response
+
+            def on_response() -> None:  # every response ends here, HEAD's with no body write
+                one.flush()
+                finished()
+
+            cycle.on_response = on_response
 
 
 class PeerCertHttpToolsProtocol(OneWriteHttpToolsProtocol):

@@ -148,3 +148,40 @@ def test_a_close_after_the_headers_sends_them_first() -> None:
     w.close()
     assert t.writes == [b"HTTP/1.1 500 Internal Server Error\r\n\r\n"] and t.closed
     assert w.is_closing()
+
+
+def test_a_response_without_a_body_write_still_sends_its_headers() -> None:
+    t, cycle = FakeTransport(), FakeCycle()
+    w = _OneWriteResponse(t, cycle)  # type: ignore[arg-type]
+    cycle.response_started = True
+    w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")  # HEAD: no body is written
+    w.flush()
+    assert t.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n"] and not t.closed
+    w.flush()
+    assert len(t.writes) == 1
+
+
+@pytest.mark.parametrize("method", ["HEAD", "GET", "POST"])
+def test_every_reply_reaches_a_real_client_over_keep_alive(method: str) -> None:
+    """Through uvicorn with the extender's protocol: HEAD (no body write), GET and POST on
+    one keep-alive connection, twice each, all answered."""
+    import http.client
+
+    from gputopo_cli.demo import serve
+
+    app, _ = app_over(True)
+    with serve(app) as url:
+        host, port = url.split("//", 1)[1].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        for _ in range(2):
+            body = json.dumps(names_args(ring("h", 2), NODES)) if method == "POST" else None
+            conn.request(method, "/filter" if method == "POST" else "/healthz", body=body,
+                         headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            assert r.status in (200, 405)
+            if method == "POST":
+                assert json.loads(data)["Error"] == ""
+            if method == "HEAD":
+                assert data == b""
+        conn.close()
