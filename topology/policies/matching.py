@@ -132,8 +132,9 @@ def _arrangements_and_perms(
 
     Vectorised over all ``size!`` permutations (an edge image is its sorted list of
     ``lo * size + hi`` codes; ``np.unique`` finds the first occurrence of each): the same
-    tables as mapping and comparing one permutation at a time, 10–25× sooner for 7–8 GPUs —
-    the first filter of each pattern size after a restart waited 0.2–0.7 s for them
+    tables as mapping and comparing one permutation at a time, in 17–70 ms instead of
+    0.2–0.7 s for an 8-GPU pattern (the first of a size also builds the permutation array,
+    about 45 ms) — the first filter of each pattern size after a restart waited for them
     (``tests/topology/policies/test_matching_arrangements.py`` checks the equality).
     """
     perms = _permutations(size)
