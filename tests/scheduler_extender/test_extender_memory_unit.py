@@ -56,6 +56,18 @@ def test_nodes_with_another_unit_are_refused_to_memory_pods() -> None:
     assert "invalid unit 'lots'" in refused["junk"]
 
 
+def test_prioritize_scores_nodes_with_another_unit_zero() -> None:
+    """Prioritize gets the same refusals as filter: the nodes with another unit score 0 (not
+    a 500), the others as usual (a refused row still carries its node's view, which
+    prioritize reads for every node)."""
+    reply = Extender(memory_state(), "gputopo").prioritize(
+        ExtenderArgs.model_validate(names_args(share_pod(), list(UNITS))))
+    scores = {h["Host"]: h["Score"] for h in reply}
+    assert list(scores) == list(UNITS)
+    assert scores["half"] == scores["junk"] == 0
+    assert scores["same"] == scores["none"] > 0
+
+
 @pytest.mark.parametrize("pod", [gpu_pod("whole", 2), share_pod("core-only", 0)],
                          ids=["whole-gpus", "vgpu-core-only"])  # fmt: skip
 def test_pods_asking_no_vgpu_memory_do_not_depend_on_the_unit(pod: dict[str, Any]) -> None:
