@@ -348,6 +348,37 @@ def test_bind_takes_the_gpus_filter_chose_where_best_effort_takes_its_mask_first
     assert {0, 1} < set(bound.gpus)
 
 
+def test_each_policy_completes_a_best_effort_mask_its_own_way() -> None:
+    """A best-effort DGX A100 with GPUs 1-3 busy and a Guaranteed pod asking 3 GPUs and 8
+    CPUs: the kubelet takes GPU 0 (its merged mask's) whatever the plugin says, and the rest
+    is the pod's policy's choice — gputopo and topo-aware complete it differently. One decider
+    deciding the same request for both policies, in either order, gives each its own
+    completion, as a fresh decider does (the cached completion is the policy's, not the
+    request's)."""
+    config = KubeletConfig(POLICY_BEST_EFFORT, "container", "static")
+    demand = PodDemand(8, 8, 1)
+    from scheduler_extender.state import Allocation, PodRef
+
+    def state() -> MemoryState:
+        s = MemoryState()
+        s.add_node("n", A100, kubelet=config)
+        for g in (1, 2, 3):
+            s.book.add(Allocation(PodRef("default", f"h{g}", f"h{g}"), "n", (g,), 0, 0), A100)
+        return s
+
+    def gpus(decider: Decider, policy: str) -> tuple[int, ...]:
+        (row,) = decider.decide(Ask(Request(3), policy, demand=demand), [Candidate("n")])
+        assert row.outcome.decision is not None, row.outcome.reason
+        return tuple(row.outcome.decision.gpus)
+
+    alone = {p: gpus(Decider(state()), p) for p in ("gputopo", "topo-aware")}
+    assert alone["gputopo"] != alone["topo-aware"]
+    assert all(0 in g for g in alone.values())
+    for order in (("gputopo", "topo-aware"), ("topo-aware", "gputopo")):
+        shared = Decider(state())
+        assert {p: gpus(shared, p) for p in order} == alone
+
+
 @st.composite
 def scenes(draw: st.DrawFn) -> tuple[Any, NodeState, Request, KubeletConfig, PodDemand]:
     topo = draw(st.sampled_from([DGX1, A100]))
