@@ -87,6 +87,24 @@ def test_canonical_quantities_from_the_api_server() -> None:
     assert r is not None and r.memory_mib == 12000
 
 
+
+@pytest.mark.parametrize("text", [
+    "2", "2.0", "2000m", "2000000u", "2000000000n", "0.002k", "0.000002M", "2e0", "20e-1",
+    "0.2e+1", ".2e1",
+])
+def test_every_quantity_form_of_two_gpus_is_two(text: str) -> None:
+    """Every suffix and exponent Kubernetes allows reads as its exact value: a pod asking
+    ``nvidia.com/gpu`` as 2000m, 2000000u or 2000000000n asks for 2 GPUs, not for a fraction
+    of one (refused) and not for an error."""
+    r = request_from_pod(pod([c({GPU: text})]))
+    assert r is not None and r.count == 2
+
+
+@pytest.mark.parametrize("text", ["1500m", "1500000u", "1500000000n", "15e-1", "1.5"])
+def test_a_quantity_of_one_and_a_half_gpus_is_a_fraction(text: str) -> None:
+    with pytest.raises(PodSpecError, match="not a whole number"):
+        parse_pod(pod([c({GPU: text})]))
+
 def test_pass_through() -> None:
     assert request_from_pod(pod([c({"cpu": "2"}, {"memory": "1Gi"})])) is None
     assert request_from_pod(pod([c({GPU: "0"})])) is None
