@@ -8,7 +8,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import pytest
 
-from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, Outcome
+from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision, Outcome
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.state import MemoryState, PodRef
 from scheduler_extender.workers import Job, Status, WorkerResult, remote_decide
@@ -190,17 +190,25 @@ def test_jobs_done_before_the_decider_looks_give_every_node_its_outcome() -> Non
     """Two 16-GPU nodes (their decisions go to the workers) whose jobs are both finished by
     the time the decider reads them: each node gets its own worker outcome, the ones a
     decider without a budget gives."""
+    rows = decided_like_without_a_budget(FinishedAtOncePool())
+    assert all(r.outcome.decision is not None for r in rows)
+
+
+def decided_like_without_a_budget(pool: FinishedAtOncePool) -> list[NodeDecision]:
+    """A 3-GPU ring decided with a budget and ``pool`` as the workers on two 16-GPU nodes
+    (their decisions go to the workers; one node has an unhealthy GPU); asserts every node got
+    the outcome and score a decider without a budget gives, and returns the rows."""
     big = catalog.get("mapa-cubemesh-16")
     state = MemoryState({"a": big, "b": big})
     state.book.set_unhealthy("b", [0])
     decider = Decider(state, Metrics(), budget_ms=60_000, workers=0)
-    decider.workers = FinishedAtOncePool()  # type: ignore[assignment]
+    decider.workers = pool  # type: ignore[assignment]
     ask = Ask(Request(3, pattern=ring(3)), "gputopo", pod_uid="u")
     rows = decider.decide(ask, [Candidate("a"), Candidate("b")], scored=True)
     want = Decider(state).decide(ask, [Candidate("a"), Candidate("b")], scored=True)
     assert [(r.name, r.outcome, r.score) for r in rows] == [
         (r.name, r.outcome, r.score) for r in want]
-    assert all(r.outcome.decision is not None for r in rows)
+    return rows
 
 
 def test_prioritize_decides_small_nodes_in_its_own_time_without_workers() -> None:
@@ -249,16 +257,7 @@ def test_a_job_whose_worker_died_while_waited_on_is_decided_here() -> None:
     """Two 16-GPU nodes sent to the workers (no cost estimate for the shape yet); their
     worker dies while the decider waits: each node is decided in this thread instead — the
     answers and scores a decider without a budget gives, not a failed verb."""
-    big = catalog.get("mapa-cubemesh-16")
-    state = MemoryState({"a": big, "b": big})
-    state.book.set_unhealthy("b", [0])
-    decider = Decider(state, Metrics(), budget_ms=60_000, workers=0)
-    decider.workers = WorkerDiesPool()  # type: ignore[assignment]
-    ask = Ask(Request(3, pattern=ring(3)), "gputopo", pod_uid="u")
-    rows = decider.decide(ask, [Candidate("a"), Candidate("b")], scored=True)
-    want = Decider(state).decide(ask, [Candidate("a"), Candidate("b")], scored=True)
-    assert [(r.name, r.outcome, r.score) for r in rows] == [
-        (r.name, r.outcome, r.score) for r in want]
+    rows = decided_like_without_a_budget(WorkerDiesPool())
     assert all(r.outcome.decision is not None and not r.outcome.provisional for r in rows)
 
 
