@@ -226,7 +226,13 @@ class CallerAuth:
 async def send_error(send: Send, status: int, reason: str) -> None:
     """Answer an ASGI request from a middleware with the extender's error shape: HTTP
     ``status`` and the JSON body ``{"Error": reason}``."""
-    body = to_json({"Error": reason})
+    await send_json(send, status, {"Error": reason})
+
+
+async def send_json(send: Send, status: int, payload: Any) -> None:
+    """Answer an ASGI request from a middleware: HTTP ``status`` and ``payload`` as compact
+    JSON (pydantic-core's encoder, as :func:`scheduler_extender.routes.deps.json_response`)."""
+    body = to_json(payload)
     await send({
         "type": "http.response.start", "status": status,
         "headers": [(b"content-type", b"application/json"),

@@ -47,7 +47,16 @@ async def read_body(request: Request, model: type[M]) -> M:
     Raises:
         RequestValidationError: malformed JSON or a schema violation (the app answers 400).
     """
-    raw = await request.body()
+    return parse_body(await request.body(), model)
+
+
+def parse_body(raw: bytes, model: type[M]) -> M:
+    """``raw`` (a request body; empty = JSON ``null``) parsed as ``model`` by pydantic's JSON
+    parser.
+
+    Raises:
+        RequestValidationError: malformed JSON or a schema violation.
+    """
     try:
         return model.model_validate_json(raw or b"null")
     except ValidationError as exc:

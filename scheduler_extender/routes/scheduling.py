@@ -19,17 +19,16 @@ from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
-from pydantic_core import to_json
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from scheduler_extender.auth import send_error
+from scheduler_extender.auth import send_error, send_json
 from scheduler_extender.routes.deps import (
     Runtime,
     RuntimeDep,
     body_doc,
     describe_validation,
     json_response,
+    parse_body,
     read_body,
     timed,
 )
@@ -39,7 +38,6 @@ router = APIRouter(tags=["scheduling"])
 
 ScoringVerb = Literal["filter", "prioritize"]
 _PATHS: dict[str, ScoringVerb] = {"/filter": "filter", "/prioritize": "prioritize"}
-_JSON_HEADERS = (b"content-type", b"application/json")
 
 
 def answer(rt: Runtime, verb: ScoringVerb, args: ExtenderArgs) -> Any:
@@ -111,17 +109,10 @@ class ScoringFastPath:
             chunks.append(message.get("body", b""))
             if not message.get("more_body", False):
                 break
-        raw = b"".join(chunks)
         try:
-            args = ExtenderArgs.model_validate_json(raw or b"null")
-        except ValidationError as exc:
+            args = parse_body(b"".join(chunks), ExtenderArgs)
+        except RequestValidationError as exc:
             self.rt.metrics.requests.labels(verb=verb, outcome="bad_request").inc()
-            reason = describe_validation(RequestValidationError(exc.errors(include_url=False)))
-            await send_error(send, 400, reason)
+            await send_error(send, 400, describe_validation(exc))
             return
-        body = to_json(answer(self.rt, verb, args))
-        await send({
-            "type": "http.response.start", "status": 200,
-            "headers": [_JSON_HEADERS, (b"content-length", str(len(body)).encode())],
-        })  # fmt: skip
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 200, answer(self.rt, verb, args))
