@@ -3,7 +3,8 @@
 What kube-scheduler pays for the two calls it makes inside its serial scheduling cycle, one
 pod at a time: the client round trip over loopback (keep-alive, TCP_NODELAY:
 :class:`benchmarks.bench_extender.LeanClient`) and, for gputopo, the handlers' own time
-from its ``gputopo_extender_request_seconds`` histogram.
+from its ``gputopo_extender_request_seconds`` histogram
+(:func:`benchmarks.bench_scheduler.extender_histograms`, prometheus-client's parser).
 
 * **gputopo**: the extender app as :mod:`benchmarks.bench_extender` serves it (uvicorn with
   the extender's own server options, ``MemoryState``, 100 DGX-1 V100 nodes filled to 70 %
@@ -26,7 +27,6 @@ import json
 import multiprocessing
 import os
 import random
-import re
 import statistics
 import time
 from dataclasses import asdict
@@ -34,21 +34,15 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import bench_extender as be
-from benchmarks.bench_scheduler import serve_trivial_extender
+from benchmarks.bench_scheduler import (
+    extender_histograms,
+    histogram_delta,
+    serve_trivial_extender,
+)
 from localcluster.controlplane import free_port
 
 OUT = Path(__file__).parent / "results" / "verbs.json"
 NODES = 100
-_SECONDS = re.compile(
-    r'gputopo_extender_request_seconds_(sum|count)\{verb="(filter|prioritize)"\} (\S+)')
-
-
-def server_seconds(client: be.LeanClient) -> dict[tuple[str, str], float]:
-    """``(sum|count, verb)`` of gputopo's request-latency histogram."""
-    client.conn.request("GET", "/metrics")
-    text = client.conn.getresponse().read().decode()
-    return {(m[1], m[2]): float(m[3]) for m in _SECONDS.finditer(text)}
-
 
 def round_trips(url: str, pods: int, seed: int, gputopo: bool) -> dict[str, Any]:
     """``pods`` filter + prioritize pairs against ``url``: client p50 / mean per verb, ms;
@@ -56,7 +50,7 @@ def round_trips(url: str, pods: int, seed: int, gputopo: bool) -> dict[str, Any]
     client = be.LeanClient(url)
     names = [f"dgx1-{i:04d}" for i in range(NODES)]
     rng = random.Random(seed)
-    before = server_seconds(client) if gputopo else {}
+    before = extender_histograms(url) if gputopo else {}
     times: dict[str, list[float]] = {"filter": [], "prioritize": []}
     try:
         for i in range(pods):
@@ -70,7 +64,7 @@ def round_trips(url: str, pods: int, seed: int, gputopo: bool) -> dict[str, Any]
             t = time.perf_counter()
             client.call("POST", "/prioritize", body)
             times["prioritize"].append(time.perf_counter() - t)
-        after = server_seconds(client) if gputopo else {}
+        after = extender_histograms(url) if gputopo else {}
     finally:
         client.close()
     out: dict[str, Any] = {}
@@ -78,9 +72,8 @@ def round_trips(url: str, pods: int, seed: int, gputopo: bool) -> dict[str, Any]
         row = {"p50_ms": round(statistics.median(ts) * 1e3, 3),
                "mean_ms": round(statistics.fmean(ts) * 1e3, 3)}
         if gputopo:
-            n = after[("count", verb)] - before.get(("count", verb), 0.0)
-            s = after[("sum", verb)] - before.get(("sum", verb), 0.0)
-            row["handler_mean_ms"] = round(s / n * 1e3, 3)
+            seen = histogram_delta(before, after)[verb]
+            row["handler_mean_ms"] = round(seen["sum"] / seen["count"] * 1e3, 3)
         out[verb] = row
     out["pair_p50_ms"] = round(statistics.median(
         [f + p for f, p in zip(times["filter"], times["prioritize"], strict=True)]) * 1e3, 3)
