@@ -15,7 +15,6 @@ import logging
 import sys
 from typing import Any
 
-from anyio import CapacityLimiter
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -24,7 +23,13 @@ from scheduler_extender.auth import CallerAuth, send_error
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.routes import binding, health, metrics, preemption, scheduling
-from scheduler_extender.routes.deps import Runtime, describe_validation, json_response
+from scheduler_extender.routes.deps import (
+    Runtime,
+    bind_threads,
+    describe_validation,
+    json_response,
+)
+from scheduler_extender.routes.fastpath import VerbFastPath
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import ClusterState
 from scheduler_extender.verbs import Extender
@@ -128,11 +133,11 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
         colocation_policy=settings.colocation_policy,
     )
     rt = Runtime(extender=extender, metrics=counters,
-                 bind_limiter=CapacityLimiter(settings.bind_concurrency))
+                 bind_pool=bind_threads(settings.bind_concurrency))
     app.state.runtime = rt
     app.state.settings = settings
     # first added = innermost: authentication and the synced gate run before the fast path
-    app.add_middleware(scheduling.ScoringFastPath, runtime=rt)
+    app.add_middleware(VerbFastPath, runtime=rt)
     app.add_middleware(SyncedGate, state=state, metrics=counters)
     if settings.auth != "none":  # added last: runs first (an unauthenticated caller learns
         app.add_middleware(CallerAuth, mode=settings.auth,  # nothing, not even readiness)

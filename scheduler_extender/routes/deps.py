@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
-from anyio import CapacityLimiter
 from fastapi import Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
@@ -18,16 +19,32 @@ from scheduler_extender.kubernetes_state import DEFAULT_BIND_CONCURRENCY
 from scheduler_extender.metrics import Metrics
 from scheduler_extender.verbs import Extender
 
+A = TypeVar("A")
+R = TypeVar("R")
+
+
+def bind_threads(concurrency: int = DEFAULT_BIND_CONCURRENCY) -> ThreadPoolExecutor:
+    """The threads that run binds' blocking API calls: ``concurrency`` at most
+    (``ExtenderSettings.bind_concurrency``, one per keep-alive connection kept for
+    Bindings); more binds wait for a free one, first come first served. Threads start on
+    demand."""
+    return ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="gputopo-bind")
+
 
 @dataclass
 class Runtime:
-    """What the routes need: the verbs, the metrics, and the limiter of binds served at once
-    (``ExtenderSettings.bind_concurrency`` threads)."""
+    """What the routes need: the verbs, the metrics, and the threads of binds served at once
+    (:func:`bind_threads`)."""
 
     extender: Extender
     metrics: Metrics
-    bind_limiter: CapacityLimiter = field(
-        default_factory=lambda: CapacityLimiter(DEFAULT_BIND_CONCURRENCY))
+    bind_pool: ThreadPoolExecutor = field(default_factory=bind_threads)
+
+    async def in_bind_thread(self, fn: Callable[[A], R], arg: A) -> R:
+        """``fn(arg)`` on a bind thread, awaited on the event loop. (The executor's own hop:
+        anyio's ``to_thread.run_sync`` with a limiter cost about three times as much per bind,
+        ``benchmarks/profile_extender.py``.)"""
+        return await asyncio.get_running_loop().run_in_executor(self.bind_pool, fn, arg)
 
 
 async def get_runtime(request: Request) -> Runtime:

@@ -1,6 +1,6 @@
-"""The scoring fast path (:class:`scheduler_extender.routes.scheduling.ScoringFastPath`) and
-the one-write reply protocol (:class:`scheduler_extender.auth.OneWriteHttpToolsProtocol`):
-both change how ``/filter`` and ``/prioritize`` travel, never what they answer."""
+"""The verbs' fast path (:class:`scheduler_extender.routes.fastpath.VerbFastPath`) and the
+one-write reply protocol (:class:`scheduler_extender.auth.OneWriteHttpToolsProtocol`): both
+change how ``/filter``, ``/prioritize`` and ``/bind`` travel, never what they answer."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from gputopo_cli.demo import node_object
 from scheduler_extender.app import create_app
 from scheduler_extender.auth import _OneWriteResponse
-from scheduler_extender.routes.scheduling import ScoringFastPath
+from scheduler_extender.routes.fastpath import VerbFastPath
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import MemoryState
 from tests.scheduler_extender.helpers import bind_args, gpu_pod, names_args
@@ -30,7 +30,7 @@ def app_over(fast: bool) -> tuple[FastAPI, TestClient]:
     state = MemoryState({n: catalog.get("dgx1-v100") for n in NODES})
     app = create_app(ExtenderSettings(policy="gputopo", state="memory", eval_budget_ms=0), state)
     if not fast:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not ScoringFastPath]
+        app.user_middleware = [m for m in app.user_middleware if m.cls is not VerbFastPath]
     client = TestClient(app, raise_server_exceptions=False)
     holder = gpu_pod("holder", 4)
     assert client.post("/filter", json=names_args(holder, NODES)).json()["Error"] == ""
@@ -75,6 +75,62 @@ def test_the_fast_path_answers_every_body_as_the_route_does(verb: str) -> None:
         assert (a.status_code, a.json()) == (b.status_code, b.json()), what
         assert a.headers["content-type"] == "application/json", what
     assert requests_counted(fast) == requests_counted(routed)
+
+
+def bind_script() -> list[tuple[str, str, bytes]]:
+    """(what, verb, body): a pod filtered and bound, bound again, one never filtered, one
+    filtered but too big for the node, and three bodies that are not ExtenderBindingArgs."""
+    a, big, stranger = ring("ba", 4), gpu_pod("bb", 8), gpu_pod("bc", 2)
+
+    def enc(doc: Any) -> bytes:
+        return json.dumps(doc).encode()
+
+    return [
+        ("filter a", "filter", enc(names_args(a, NODES))),
+        ("bind a", "bind", enc(bind_args(a, "gpu-node-00"))),
+        ("bind a again", "bind", enc(bind_args(a, "gpu-node-02"))),
+        ("bind a pod never filtered", "bind", enc(bind_args(stranger, "gpu-node-00"))),
+        ("filter big", "filter", enc(names_args(big, NODES))),
+        ("bind big where it does not fit", "bind", enc(bind_args(big, "gpu-node-01"))),
+        ("malformed JSON", "bind", b'{"PodName": '),
+        ("schema violation", "bind", b'{"PodName": 3, "PodNamespace": "x", "Node": "n"}'),
+        ("empty body", "bind", b""),
+    ]
+
+
+def test_the_fast_path_binds_as_the_route_does() -> None:
+    """The same calls through both give the same replies, the same GPUs held afterwards
+    and the same counters."""
+    fast_app, fast = app_over(True)
+    routed_app, routed = app_over(False)
+    for what, verb, body in bind_script():
+        a = fast.post(f"/{verb}", content=body, headers={"Content-Type": "application/json"})
+        b = routed.post(f"/{verb}", content=body, headers={"Content-Type": "application/json"})
+        assert (a.status_code, a.json()) == (b.status_code, b.json()), what
+        if verb == "bind" and a.status_code == 200:
+            assert a.json()["Error"] != "" or what == "bind a", what
+
+    def held(app: FastAPI) -> list[tuple[str, str, tuple[int, ...]]]:
+        return sorted((x.pod.key, x.node, tuple(x.gpus))
+                      for x in app.state.runtime.extender.state.allocations())
+
+    assert held(fast_app) == held(routed_app)
+    assert ("uid-ba", "gpu-node-00") in {(k, n) for k, n, _ in held(fast_app)}
+    assert requests_counted(fast) == requests_counted(routed)
+
+
+def test_a_failed_api_call_in_bind_is_a_500_with_an_error_on_the_fast_path() -> None:
+    app, client = app_over(True)
+
+    def boom(step: Any) -> Any:
+        raise RuntimeError("bind layer broke")
+
+    app.state.runtime.extender.bind_commit = boom
+    pod = ring("bd", 2)
+    assert client.post("/filter", json=names_args(pod, NODES)).json()["Error"] == ""
+    r = client.post("/bind", json=bind_args(pod, "gpu-node-00"))
+    assert r.status_code == 500
+    assert r.json() == {"Error": "internal error: RuntimeError: bind layer broke"}
 
 
 def test_a_bad_body_gets_400_with_one_error_line_and_is_counted() -> None:
