@@ -46,7 +46,10 @@ Every run of gputopo and of the trivial extender also records the extender proce
 (user + system, ``/proc/PID/stat``) per pod scheduled (``extender_cpu_ms_per_pod``): on a
 shared 2-core machine what an extender burns is taken from the API server and kube-scheduler,
 and unlike pods/s this figure barely moves with the machine's load. Where that CPU goes:
-:mod:`benchmarks.profile_extender`.
+:mod:`benchmarks.profile_extender`. Every run also records the CPU per pod of each component
+of the stack (``host_cpu_ms_per_pod``: etcd, kube-apiserver, kwok, kube-scheduler, both
+extenders — the idle one still watches pods — and this benchmark's creates and watch) and its
+total: in stream mode the 2 cores are the limit, so pods/s follows 2,000 ms / that total.
 
 The *binding floor* is what the API server alone takes for a Binding on this host at that
 moment: the size's pods, created for no scheduler, bound directly with the official client
@@ -375,6 +378,38 @@ def cpu_per_pod(before: tuple[float, float], after: tuple[float, float],
             "total": round(1000 * (user + system) / pods, 2)}
 
 
+def host_cpu(gc: GpuCluster, extra: Mapping[str, int | None]) -> dict[tuple[str, int], float]:
+    """CPU seconds (user + system) so far of every live process of the stack, by component
+    and PID: the control plane's (etcd, kube-apiserver, kwok, kube-scheduler, …), the gputopo
+    extender, the ``extra`` ones (name → PID: the trivial extender) and this benchmark
+    (``benchmark``: the pod creates and the bind watch)."""
+    pids: dict[str, int | None] = {p.name: p.pid for p in gc.cp.processes if not p.exited()}
+    pids.update({"gputopo-extender": gc.extender.pid, **extra, "benchmark": os.getpid()})
+    out: dict[tuple[str, int], float] = {}
+    for name, pid in pids.items():
+        if pid is None:
+            continue
+        try:
+            out[name, pid] = sum(cpu_seconds(pid))
+        except (OSError, IndexError, ValueError):  # exited meanwhile
+            continue
+    return out
+
+
+def host_cpu_per_pod(before: Mapping[tuple[str, int], float],
+                     after: Mapping[tuple[str, int], float], pods: int) -> dict[str, float]:
+    """Milliseconds of CPU per pod scheduled, by component, between two :func:`host_cpu`
+    readings, and their ``total``: on a 2-core host whose CPUs every component shares, the
+    stream runs' pods/s is about 2,000 / ``total``. A process started during the run (the
+    scheduler of a backlog run) counts from 0; one stopped during it loses its share."""
+    per: dict[str, float] = {}
+    for (name, pid), secs in after.items():
+        per[name] = per.get(name, 0.0) + secs - before.get((name, pid), 0.0)
+    out = {name: round(1000 * v / pods, 2) for name, v in sorted(per.items())}
+    out["total"] = round(sum(out.values()), 2)
+    return out
+
+
 # ---------------------------------------------------------------------------- extender metrics
 Histograms = dict[str, dict[str, Any]]
 
@@ -637,6 +672,8 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
         deltas: dict[str, dict[str, list[Histograms]]] = {
             name: {mode: [] for mode in modes} for name in extenders}
         pids = {"trivial-extender": trivial_pid, **{n: e.pid for n, e in extenders.items()}}
+        others = {"trivial-extender": trivial_pid,
+                  **{n: e.pid for n, e in extenders.items() if n != "gputopo"}}
         for rep in range(repeats):
             for name, config, make in plan:
                 for mode in modes:
@@ -646,9 +683,12 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
                     before = extender_histograms(mine.url) if mine is not None else {}
                     pid = pids.get(name)
                     cpu0 = cpu_seconds(pid) if pid is not None else None
+                    host0 = host_cpu(gc, others)
                     result = measure(gc, make(size), f"{name}-{mode}-{rep}", timeout_s,
                                      configs[config] if mode == "backlog" else None,
                                      rate=paced_rate if mode == "paced" else None)
+                    result["host_cpu_ms_per_pod"] = host_cpu_per_pod(
+                        host0, host_cpu(gc, others), size.pods)
                     if pid is not None and cpu0 is not None:
                         result["extender_cpu_ms_per_pod"] = cpu_per_pod(
                             cpu0, cpu_seconds(pid), size.pods)
@@ -696,6 +736,10 @@ def run_size(size: Size, repeats: int, timeout_s: float, probe: bool,
                 **({"extender_cpu_ms_per_pod_median": statistics.median(
                     r["extender_cpu_ms_per_pod"]["total"] for r in rs)}
                    if rs and "extender_cpu_ms_per_pod" in rs[0] else {}),
+                **({"host_cpu_ms_per_pod_median": {
+                    k: statistics.median(r["host_cpu_ms_per_pod"].get(k, 0.0) for r in rs)
+                    for k in sorted(set().union(*(r["host_cpu_ms_per_pod"] for r in rs)))}}
+                   if rs else {}),
                 "runs": rs,
             }
             for mode, rs in by_mode.items()
