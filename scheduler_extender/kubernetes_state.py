@@ -543,11 +543,31 @@ def _drain(resp: Any) -> bytes:
     return data
 
 
-class OfficialKubeAPI:
-    """:class:`KubeAPI` over the official client's ``CoreV1Api`` (raw JSON, no models)."""
+#: ``(connect, read)`` timeout of the extender's one-shot API calls (the Binding, a pod read,
+#: a list page), seconds: a call the API server never answers must not hold a bind thread
+#: (and its pod's reservation) forever. The read timeout bounds each wait for bytes, not the
+#: whole reply.
+REQUEST_TIMEOUT_S = (10.0, 30.0)
 
-    def __init__(self, core: Any) -> None:
+
+def _no_reply(exc: Exception) -> ApiError:
+    """An ``ApiError`` with status 0 ("no reply") for a transport failure of the client's
+    urllib3 layer — connection reset or refused, a timeout, a protocol error — which the
+    official client raises as is, not as an ``ApiException``."""
+    return ApiError(" ".join(f"no reply from the API server: {exc}".split()), 0)
+
+
+class OfficialKubeAPI:
+    """:class:`KubeAPI` over the official client's ``CoreV1Api`` (raw JSON, no models).
+
+    Every failure is an :class:`ApiError`: the API server's refusals with their HTTP status,
+    transport failures (no reply) with status 0, so :meth:`KubernetesState.bind` reads a
+    pod back after a Binding whose reply was lost."""
+
+    def __init__(self, core: Any, *,
+                 request_timeout_s: tuple[float, float] = REQUEST_TIMEOUT_S) -> None:
         self.core = core
+        self.request_timeout_s = request_timeout_s
 
     @classmethod
     def from_config(
@@ -583,6 +603,7 @@ class OfficialKubeAPI:
 
     def _list(self, fn: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         items: list[dict[str, Any]] = []
         cont: str | None = None
@@ -590,7 +611,8 @@ class OfficialKubeAPI:
         try:
             while True:
                 extra = {"_continue": cont} if cont else {}
-                resp = fn(limit=500, _preload_content=False, **kwargs, **extra)
+                resp = fn(limit=500, _preload_content=False,
+                          _request_timeout=self.request_timeout_s, **kwargs, **extra)
                 data = json.loads(_drain(resp))
                 items.extend(data.get("items") or [])
                 meta = data.get("metadata") or {}
@@ -600,6 +622,8 @@ class OfficialKubeAPI:
                     return items, rv
         except ApiException as exc:
             raise _api_error(exc) from None
+        except HTTPError as exc:
+            raise _no_reply(exc) from None
 
     def _watch(
         self, fn: Any, resource_version: str, timeout_s: int, **kwargs: Any
@@ -641,14 +665,18 @@ class OfficialKubeAPI:
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         try:
-            resp = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+            resp = self.core.read_namespaced_pod(
+                name, namespace, _preload_content=False, _request_timeout=self.request_timeout_s)
             return json.loads(_drain(resp))  # type: ignore[no-any-return]
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise _api_error(exc) from None
+        except HTTPError as exc:
+            raise _no_reply(exc) from None
 
     def create_binding(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
@@ -661,6 +689,7 @@ class OfficialKubeAPI:
         of it (``benchmarks/profile_extender.py``). ``param_serialize`` and ``call_api`` are
         the generated client's own request layer (kubernetes >= 37)."""
         from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
 
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
@@ -677,7 +706,7 @@ class OfficialKubeAPI:
                 header_params={"Accept": "application/json", "Content-Type": "application/json"},
                 body=body, auth_settings=["BearerToken"],
             )  # fmt: skip
-            resp = api.call_api(*request)
+            resp = api.call_api(*request, _request_timeout=self.request_timeout_s)
             if not 200 <= resp.status <= 299:
                 try:
                     resp.read()  # the Status, for the error's message
@@ -687,3 +716,5 @@ class OfficialKubeAPI:
             _drain(resp.response)
         except ApiException as exc:
             raise _api_error(exc) from None
+        except HTTPError as exc:  # sent, maybe written, no reply: the caller reads back
+            raise _no_reply(exc) from None
