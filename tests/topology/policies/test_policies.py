@@ -13,7 +13,8 @@ from topology import catalog
 from topology.model import Topology
 from topology.patterns import all_to_all, ring, tree
 from topology.policies.bandwidth import preserved_bandwidth
-from topology.policies.base import FULL_CORE, NodeState, NoFit, Request
+from topology.policies.base import FULL_CORE, GPUUsage, NodeState, NoFit, Request
+from topology.policies.common import MODEL_GPUTOPO, effective_bandwidth
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy, policies
@@ -71,6 +72,26 @@ def test_default_beats_baseline_on_a_fragmented_node() -> None:
     assert base.gpus == (1, 2)
     assert best.effective_bandwidth_gbps >= base.effective_bandwidth_gbps
     assert DGX.nvlinks(*best.gpus) == 2  # a free double-NVLink pair exists: 6-7 or 1-2
+
+
+def test_baseline_takes_the_lowest_free_indices_and_names_itself() -> None:
+    """baseline, the kubelet's choice: the lowest free GPUs in index order (pattern vertex i
+    on the i-th), scored with gputopo's bandwidth model like every other whole decision; a
+    share goes to the lowest-index GPU with room. Either decision carries the policy's name
+    (what the annotations and metrics report) and a reason."""
+    d = run("baseline", Request(count=3, pattern=ring(3)), busy=(0, 2))
+    assert d.gpus == (1, 3, 4) and d.mapping == (1, 3, 4)
+    assert d.policy == "baseline" and d.reason
+    assert d.bandwidth_model == MODEL_GPUTOPO
+    edges = [(d.mapping[a], d.mapping[b]) for a, b in ring(3).edges]
+    assert d.effective_bandwidth_gbps == pytest.approx(
+        effective_bandwidth(DGX, edges, MODEL_GPUTOPO))
+    # GPU 0 held whole, GPU 1's vGPU-core nearly full: GPU 2 is the lowest with room for 25 %
+    state = NodeState({0: GPUUsage(100, 0), 1: GPUUsage(80, 1024)})
+    share = get_policy("baseline").fn(DGX, state, Request(0, core_percent=25, memory_mib=2048),
+                                      Memo())
+    assert share.gpus == (2,) and share.fractional and share.core_percent == 25
+    assert share.policy == "baseline" and share.reason
 
 
 def test_insensitive_jobs_preserve_bandwidth() -> None:
