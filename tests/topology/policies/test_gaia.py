@@ -509,3 +509,74 @@ def test_equal_merges_go_to_the_lowest_indices() -> None:
     tree = G.access_cost_tree(topo)
     assert [tree.nodes[c].gpus for c in tree.root.children] == [(0, 2), (1,)]
     assert place(topo, NodeState(), Request(count=2)).gpus == (0, 2)
+
+
+# =========================================================================== seventh mutation round
+def test_json_and_networkx_whole_tree() -> None:
+    """The tree's JSON form (``gputopo topology show --json``) and its networkx graph, whole,
+    on the two-socket PCIe machine with GPU 5 busy — the same tree as the rendered picture
+    above: every internal node with its label, level, links, cost, GPUs and free count, every
+    leaf with its UUID, cost and status; the graph has the same nodes (ids in pre-order) and
+    the parent → child edges. On the DGX-1 a node's NVLink count is in both."""
+    state = NodeState({5: GPUUsage(100, 0)})
+    uuid = [PCIE8.gpus[g].uuid for g in range(8)]
+
+    def leaf(g: int) -> dict[str, object]:
+        return {"label": f"gpu{g}", "gpu": g, "uuid": uuid[g], "cost": 1.0,
+                "status": "busy" if g == 5 else "free"}
+
+    def inner(level: str, cost: float, gpus: list[int], children: list[dict[str, object]]
+              ) -> dict[str, object]:
+        return {"label": level, "level": level, "nvlinks": 0, "nvswitch": False, "cost": cost,
+                "gpus": gpus, "free": len([g for g in gpus if g != 5]), "children": children}
+
+    def pix(a: int) -> dict[str, object]:
+        return inner("PIX", 1.0, [a, a + 1], [leaf(a), leaf(a + 1)])
+
+    tree = G.access_cost_tree(PCIE8)
+    assert tree.to_json(state) == {"topology": "pcie-8gpu", "gpus": 8, "root": inner(
+        "SYS", 5.0, list(range(8)), [inner("NODE", 4.0, [0, 1, 2, 3], [pix(0), pix(2)]),
+                                     inner("NODE", 4.0, [4, 5, 6, 7], [pix(4), pix(6)])])}
+    graph = tree.to_networkx()
+    order = ["SYS", "NODE", "PIX", "gpu0", "gpu1", "PIX", "gpu2", "gpu3",
+             "NODE", "PIX", "gpu4", "gpu5", "PIX", "gpu6", "gpu7"]
+    assert [graph.nodes[i]["label"] for i in range(15)] == order
+    assert sorted(graph.edges) == [(0, 1), (0, 8), (1, 2), (1, 5), (2, 3), (2, 4), (5, 6),
+                                   (5, 7), (8, 9), (8, 12), (9, 10), (9, 11), (12, 13),
+                                   (12, 14)]
+    assert graph.nodes[0] == {"label": "SYS", "gpus": tuple(range(8)), "cost": 5.0,
+                              "level": "SYS", "nvlinks": 0}
+    assert graph.nodes[12] == {"label": "PIX", "gpus": (6, 7), "cost": 1.0, "level": "PIX",
+                               "nvlinks": 0}
+    assert graph.nodes[14] == {"label": "gpu7", "gpus": (7,), "cost": 1.0, "level": None,
+                               "nvlinks": 0}
+    dgx = G.access_cost_tree(DGX)
+    (pair,) = [n for n in dgx.nodes if n.gpus == (2, 3)]
+    assert dgx.to_networkx().nodes[pair.id]["nvlinks"] == 2
+    j = dgx.to_json()
+    quad = j["root"]["children"][0]  # type: ignore[index]
+    # NODE+NV1 over GPUs 0-3, then its pairs PIX+NV1 (0-1) and PIX+NV2 (2-3)
+    assert [quad["nvlinks"]] + [c["nvlinks"] for c in quad["children"]] == [1, 1, 2]  # type: ignore[index]
+
+
+def test_fragment_breaks_a_core_tie_by_the_least_memory_left() -> None:
+    """Algorithm 2's best fit on a tie: GPUs 0 and 1 both have 50 % core left for a 25 %
+    share; GPU 1 has less memory left (4 GiB of 7.4 used against 1 GiB), so it wins although GPU 0
+    has the lower index, and GPU 0 is the runner-up."""
+    state = NodeState({0: GPUUsage(50, 1024), 1: GPUUsage(50, 4096)})
+    d = place(GAIA4, state, Request(count=0, core_percent=25, memory_mib=512))
+    assert d.gpus == (1,) and "best fit" in d.reason
+    assert d.runner_up is not None and d.runner_up.gpus == (0,)
+
+
+def test_free_count_takes_any_iterable_of_free_gpus() -> None:
+    """``free_count`` counts the free GPUs under a node from a set or any other iterable
+    (list, tuple, generator) alike: 3 of the SYS root's 8, 2 of NODE 0-3, 1 of PIX 4-5."""
+    tree = G.access_cost_tree(PCIE8)
+    node_03, node_47 = (tree.nodes[c] for c in tree.root.children)
+    pix_45 = tree.nodes[node_47.children[0]]
+    free = [0, 2, 5]
+    for form in (set(free), frozenset(free), free, tuple(free), iter(free)):
+        assert tree.free_count(tree.root, form) == 3
+    for form in (set(free), free, (g for g in free)):
+        assert (tree.free_count(node_03, form), tree.free_count(pix_45, free)) == (2, 1)
