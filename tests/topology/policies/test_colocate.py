@@ -436,3 +436,33 @@ def test_no_slot_reason_counts_the_full_gpus() -> None:
                 g1=residents("vgg11:64", gpu=1))
     with pytest.raises(NoFit, match="2 shared GPU"):
         colocate(DGX, st_, shared("vgg19:64"))
+
+
+# ------------------------------------------------------------------ seventh mutation round
+def test_gputopo_equal_gains_go_to_the_set_that_runs_faster_together() -> None:
+    """Tier 1 on a tie of throughput gain: two shared GPUs each holding one light job with
+    the newcomer's own compute and bandwidth demand, so every member of either set is slowed
+    by the same factor s (interference only) and both joins add the same throughput. The
+    resident on GPU 0 iterates in 0.3 s, the one on GPU 1 in 0.1 s: joining GPU 1 gives
+    δ = (0.1 + 0.1) / 0.1 s = 2 / s, joining GPU 0 δ = (0.3 + 0.1) / 0.3 s = 4 / 3s (Eq. 4.1),
+    so GPU 1 — the set that runs faster together — wins although its index is higher. The
+    decision carries the default policy's name and its tier in the reason."""
+    slow, fast, new = prof(0.3, 0.1, 0.01), prof(0.1, 0.1, 0.01), prof(0.1, 0.1, 0.01)
+    st_ = state(tuple(range(2, 8)), g0=residents(slow, gpu=0), g1=residents(fast, gpu=1))
+    d = gputopo(DGX, st_, shared(new))
+    c = d.colocation
+    assert d.gpus == (1,) and c is not None and c.runner_up is not None
+    assert c.runner_up.gpu == 0 and JOIN_GAIN <= c.chosen.throughput_gain <= 1.0
+    assert c.chosen.throughput_gain == pytest.approx(c.runner_up.throughput_gain, abs=1e-12)
+    assert c.chosen.delta / c.runner_up.delta == pytest.approx(1.5)
+    assert d.policy == "gputopo" and d.reason.startswith("gputopo co-location tier 1: ")
+
+
+def test_algorithm2_joins_a_set_exactly_at_the_threshold() -> None:
+    """§4.2.4 bounds the set's ΣC by the threshold inclusively: a threshold equal to the
+    predicted set's ΣC lets the job join; one just below it refuses."""
+    exact = predict([CAT["vgg19:64"], CAT["vgg11:64"]]).sum_c
+    light = state(g0=residents("vgg19:64"))
+    assert colocate(ONE, light, shared("vgg11:64", threshold=exact)).gpus == (0,)
+    with pytest.raises(NoFit, match="threshold"):
+        colocate(ONE, light, shared("vgg11:64", threshold=exact * (1 - 1e-9)))
