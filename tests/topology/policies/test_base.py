@@ -9,17 +9,26 @@ from __future__ import annotations
 
 import pytest
 
+from topology import catalog
 from topology.colocation.profile import JobProfile
+from topology.patterns import all_to_all, ring
 from topology.policies.base import (
     Candidate,
     Colocation,
     Decision,
+    GPUUsage,
+    NodeState,
     Request,
     RequestError,
+    Resident,
     SetPrediction,
     SharedRequest,
 )
+from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
+from topology.policies.registry import get_policy
 
+DGX = catalog.get("dgx1-v100")
 PROFILE = JobProfile(0.25, 12_345_678.9, 2_345_678.4, 3000, key="resnet18:64", source="catalog")
 
 
@@ -109,3 +118,54 @@ def test_shared_request_threshold_and_memory_bounds() -> None:
             SharedRequest(PROFILE, 0, threshold=bad)
     with pytest.raises(RequestError, match="memory must be >= 0 MiB"):
         SharedRequest(PROFILE, -1)
+
+
+# ------------------------------------------------------------------ seventh mutation round
+def test_cached_decisions_tell_patterns_apart() -> None:
+    """``Request.key`` keys the decision cache: a 4-GPU ring asked after a 4-GPU all-to-all
+    on the same idle DGX-1 gets its own decision (the ring's 4 edges: 175 GB/s of pattern
+    bandwidth on quad 0-3, against the all-to-all's 6 edges, 225), not the cached one."""
+    ev = Evaluator()
+    a2a = ev.place("gputopo", DGX, NodeState(), Request(count=4))
+    ring4 = ev.place("gputopo", DGX, NodeState(), Request(count=4, pattern=ring(4)))
+    assert (a2a.pattern_bandwidth_gbps, ring4.pattern_bandwidth_gbps) == (225.0, 175.0)
+    assert ring4 == get_policy("gputopo").fn(DGX, NodeState(), Request(count=4, pattern=ring(4)),
+                                             Memo())
+
+
+def test_cached_decisions_tell_states_with_shared_gpus_apart() -> None:
+    """``NodeState.key`` keys the decision cache of co-location requests: with GPU 0 shared
+    in both states, a state where GPUs 1-7 are held whole and one where they are idle are
+    different states. Algorithm 2 joins GPU 0 in the first and opens idle GPU 1 in the
+    second — the second answer is not the first one's cached."""
+    prof = JobProfile(0.1, 0.1 * 2e8 * 0.1, 0.01 * 2e8 * 0.1, 1000)
+    resident = (Resident("ml/a", prof, 1000),)
+    shared = Request(count=1, shared=SharedRequest(prof, 1000, name="ml/b"))
+    crowded = NodeState({0: GPUUsage(residents=resident),
+                         **{g: GPUUsage(100, 0) for g in range(1, 8)}})
+    roomy = NodeState({0: GPUUsage(residents=resident)})
+    ev = Evaluator()
+    assert ev.place("colocate", DGX, crowded, shared).gpus == (0,)
+    assert ev.place("colocate", DGX, roomy, shared).gpus == (1,)
+
+
+@pytest.mark.parametrize(("core", "mib"), [(101, 0), (-1, 1024), (50, -1), (0, -1)])
+def test_a_share_out_of_bounds_on_either_axis_is_refused(core: int, mib: int) -> None:
+    """A share needs 0-100 % vGPU-core *and* memory ≥ 0: either one out of bounds alone is
+    refused (the other within bounds); a share of nothing is refused with its own reason."""
+    with pytest.raises(RequestError, match="0-100 vGPU-core and memory >= 0"):
+        Request(0, core_percent=core, memory_mib=mib)
+    assert Request(0, core_percent=100, memory_mib=0).fractional
+    with pytest.raises(RequestError, match="asks for no GPU at all"):
+        Request(0)
+
+
+def test_a_pattern_must_match_the_gpu_count_even_for_one_gpu() -> None:
+    """A pattern's size must equal the GPU count for every whole request, a 1-GPU request
+    included; a co-location slot is one GPU with no vGPU share, refused with that reason."""
+    with pytest.raises(RequestError, match="has 2 GPUs but the request asks for 1"):
+        Request(count=1, pattern=all_to_all(2))
+    assert Request(count=1, pattern=all_to_all(1)).count == 1
+    assert Request(count=0, core_percent=30, pattern=all_to_all(2)).fractional
+    with pytest.raises(RequestError, match="co-location slot is one GPU"):
+        Request(count=2, shared=SharedRequest(PROFILE, 0))
