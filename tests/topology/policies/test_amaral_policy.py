@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -171,3 +173,30 @@ def test_decisions_carry_their_policy_name() -> None:
     for name in AMARAL:
         assert run(name, Request(count=2)).policy == name
         assert run(name, Request.fraction(0.5)).policy == name
+
+
+# ------------------------------------------------------------------ seventh mutation round
+def test_topo_aware_explains_whole_and_shared_decisions() -> None:
+    """TOPO-AWARE's decisions say why: the utility and its terms for whole GPUs, the rule for
+    a share (the lowest-index GPU with room)."""
+    for name in ("topo-aware", "topo-aware-p"):
+        assert run(name, Request(count=2)).reason.startswith("utility ")
+        assert "lowest-index GPU with room" in run(name, Request.fraction(0.5)).reason
+
+
+def test_topo_aware_takes_the_only_nvlinked_triangle() -> None:
+    """A 3-GPU all-to-all job on a DGX-1 P100 with GPUs 1, 6 and 7 busy: of the free GPUs
+    0, 2, 3, 4, 5 only 0, 2, 3 are NVLinked pairwise (checked over every triple), and DRB's
+    communication estimate — each task's mean distance to its already placed neighbours —
+    leads it there; a set with a PCIe-only pair scores a lower utility."""
+    p100 = catalog.get("dgx1-p100")
+    busy = (1, 6, 7)
+    free = [g for g in range(8) if g not in busy]
+    linked = [s for s in itertools.combinations(free, 3)
+              if all(p100.nvlinks(a, b) >= 1 for a, b in itertools.combinations(s, 2))]
+    assert linked == [(0, 2, 3)]
+    state = NodeState.whole(busy)
+    d = get_policy("topo-aware").fn(p100, state, Request(count=3), Memo())
+    assert d.gpus == (0, 2, 3)
+    u = amaral.utility(p100, state, Request(count=3), list(d.mapping)).total
+    assert u > amaral.utility(p100, state, Request(count=3), [0, 2, 4]).total
