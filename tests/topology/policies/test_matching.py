@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -11,16 +13,24 @@ from tests.topology.strategies import topologies
 from topology import catalog
 from topology.model import Topology
 from topology.patterns import Pattern, all_to_all, pair, ring, tree
-from topology.policies.bandwidth import aggregated_bandwidth, preserved_bandwidth
+from topology.policies.bandwidth import (
+    GPUTOPO_P,
+    aggregated_bandwidth,
+    all_pairs,
+    preserved_bandwidth,
+)
+from topology.policies.base import NodeState, Request
 from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
 from topology.policies.matching import (
     Match,
+    _local_search_mapping,
     arrangements,
     networkx_matches,
     search,
     subset_table,
 )
 from topology.policies.memo import Memo
+from topology.policies.registry import get_policy
 
 DGX = catalog.get("dgx1-v100")
 #: Tables kept across this module's hypothesis examples (the module owns them).
@@ -159,3 +169,66 @@ def test_table_cache_is_bounded_by_rows() -> None:
     again = subset_table(torus, all_to_all(3), "aggbw", None, memo)
     assert again is not first  # rebuilt
     assert np.array_equal(again.masks, first.masks)  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ seventh mutation round
+@pytest.mark.parametrize(("machine", "k"), [("mapa-torus-16", 10), ("mapa-cubemesh-16", 12),
+                                            ("dgx1-v100", 8)])
+def test_large_pattern_arrangement_is_a_local_optimum_of_the_gputopo_edge_sum(
+    machine: str, k: int,
+) -> None:
+    """Patterns above 8 vertices are arranged by pairwise-swap hill climbing on the gputopo-v1
+    edge sum (Σ over the pattern's edges of bandwidth^p, p = GPUTOPO_P, lower is better): the
+    result is an arrangement of the given GPUs that no single swap improves — checked here
+    against every swap with the sum computed from the bandwidth matrix directly."""
+    topo = catalog.get(machine)
+    w = np.array(topo.bandwidth_matrix, dtype=np.float64)
+    subset = list(range(topo.size))[-k:]
+    pattern = ring(k)
+
+    def edge_sum(order: list[int]) -> float:
+        return sum(float(w[order[a], order[b]]) ** GPUTOPO_P for a, b in pattern.edges)
+
+    got = _local_search_mapping(w, subset, pattern)
+    assert sorted(got) == subset
+    best = edge_sum(got)
+    assert best <= edge_sum(subset) + 1e-12
+    for i in range(k):
+        for j in range(i + 1, k):
+            swapped = list(got)
+            swapped[i], swapped[j] = swapped[j], swapped[i]
+            assert edge_sum(swapped) >= best - 1e-9
+
+
+def test_a_sensitive_job_gets_the_highest_effbw_even_by_a_fraction_of_a_gb() -> None:
+    """The default policy's table search for a bandwidth-sensitive job: highest EffBW
+    (gputopo-v1), ties by PreservedBW — a tie meaning equal EffBW, not EffBW equal to the
+    nearest GB/s. On MAPA's 16-GPU torus with GPUs 2, 7, 9, 10, 15 busy the best 6-GPU
+    all-to-all set (brute force over all C(11, 6) free sets) has 43.27 GB/s and the next
+    42.63 GB/s with more PreservedBW left: the first must win."""
+    torus = catalog.get("mapa-torus-16")
+    busy = (2, 7, 9, 10, 15)
+    free = [g for g in range(16) if g not in busy]
+    scored = sorted(((effective_bandwidth(torus, all_pairs(s), MODEL_GPUTOPO), s)
+                     for s in itertools.combinations(free, 6)), reverse=True)
+    (top, best), (second, _) = scored[0], scored[1]
+    assert round(top) == round(second) and top - second > 0.5
+    d = get_policy("gputopo").fn(torus, NodeState.whole(busy), Request(count=6), Memo())
+    assert d.gpus == best and d.effective_bandwidth_gbps == pytest.approx(top)
+
+
+def test_mapa_greedy_above_eight_gpus_keeps_the_highest_aggbw() -> None:
+    """Above 8 GPUs the search no longer enumerates arrangements: each candidate subset is
+    arranged by the swap climb. For MAPA Greedy (AggBW, Eq. 1) on the 16-GPU torus with GPUs
+    1, 4, 6, 11, 13, 14 busy, a 9-GPU all-to-all job must get a set of the highest AggBW —
+    for all-to-all AggBW does not depend on the arrangement, so brute force over the
+    C(10, 9) free sets gives it."""
+    torus = catalog.get("mapa-torus-16")
+    busy = (1, 4, 6, 11, 13, 14)
+    free = [g for g in range(16) if g not in busy]
+    top = max(aggregated_bandwidth(torus, all_pairs(s))
+              for s in itertools.combinations(free, 9))
+    d = get_policy("mapa-greedy").fn(torus, NodeState.whole(busy), Request(count=9), Memo())
+    assert len(set(d.gpus)) == 9 and set(d.gpus) <= set(free)
+    assert sorted(d.mapping) == list(d.gpus)
+    assert d.aggregated_bandwidth_gbps == pytest.approx(top)
