@@ -9,10 +9,10 @@ from fastapi import APIRouter, Request, Response
 from scheduler_extender.routes.deps import (
     Runtime,
     RuntimeDep,
-    body_doc,
     json_response,
     read_body,
     timed,
+    verb_route,
 )
 from scheduler_extender.schemas import ExtenderBindingArgs, ExtenderBindingResult
 
@@ -41,12 +41,7 @@ async def answer_bind(rt: Runtime, args: ExtenderBindingArgs) -> dict[str, Any]:
     return result
 
 
-@router.post(
-    "/bind",
-    response_model=None,
-    responses={200: {"model": ExtenderBindingResult, "description": "ExtenderBindingResult"}},
-    openapi_extra=body_doc(ExtenderBindingArgs),
-)
+@verb_route(router, "/bind", ExtenderBindingArgs, ExtenderBindingResult, "ExtenderBindingResult")
 async def bind_pod(request: Request, rt: RuntimeDep) -> Response:
     """Bind the pod to ``Node`` on the GPUs the policy picks; ``Error`` says why not
     (:func:`answer_bind`)."""

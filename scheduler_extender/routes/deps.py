@@ -10,8 +10,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, TypeVar
 
-from fastapi import Depends, Request, Response
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.types import DecoratedCallable
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
@@ -98,14 +99,22 @@ def describe_validation(exc: RequestValidationError) -> str:
     return " ".join(text.split())
 
 
-def body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """``openapi_extra`` documenting ``model`` as the JSON request body."""
-    return {
-        "requestBody": {
+def verb_route(
+    router: APIRouter, path: str, args: type[BaseModel], reply: Any, reply_name: str
+) -> Callable[[DecoratedCallable], DecoratedCallable]:
+    """``router.post(path)`` for one of kube-scheduler's verbs, documented in the OpenAPI
+    schema: ``args`` as the JSON request body (the handler parses it itself, whatever the
+    Content-Type: :func:`read_body`) and ``reply`` (named ``reply_name``, the Go type) as
+    the 200 reply; no response model (the handlers return their own JSON)."""
+    return router.post(
+        path,
+        response_model=None,
+        responses={200: {"model": reply, "description": reply_name}},
+        openapi_extra={"requestBody": {
             "required": True,
-            "content": {"application/json": {"schema": model.model_json_schema()}},
-        }
-    }
+            "content": {"application/json": {"schema": args.model_json_schema()}},
+        }},
+    )  # fmt: skip
 
 
 class _Outcome:

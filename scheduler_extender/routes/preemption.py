@@ -5,19 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from scheduler_extender.routes.deps import RuntimeDep, body_doc, json_response, read_body, timed
+from scheduler_extender.routes.deps import RuntimeDep, json_response, read_body, timed, verb_route
 from scheduler_extender.schemas import ExtenderPreemptionArgs, ExtenderPreemptionResult
 
 router = APIRouter(tags=["preemption"])
 
 
-@router.post(
-    "/preempt",
-    response_model=None,
-    responses={200: {"model": ExtenderPreemptionResult,
-                     "description": "ExtenderPreemptionResult"}},
-    openapi_extra=body_doc(ExtenderPreemptionArgs),
-)
+@verb_route(router, "/preempt", ExtenderPreemptionArgs, ExtenderPreemptionResult,
+            "ExtenderPreemptionResult")
 async def preempt(request: Request, rt: RuntimeDep) -> Response:
     """The candidate nodes whose proposed victims, once evicted, leave GPUs the pod's policy
     accepts, each with exactly the victims proposed (by UID); the other nodes are left out.

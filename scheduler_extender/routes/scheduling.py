@@ -20,10 +20,10 @@ from fastapi import APIRouter, Request, Response
 from scheduler_extender.routes.deps import (
     Runtime,
     RuntimeDep,
-    body_doc,
     json_response,
     read_body,
     timed,
+    verb_route,
 )
 from scheduler_extender.schemas import ExtenderArgs, ExtenderFilterResult, HostPriority
 
@@ -49,12 +49,7 @@ def answer(rt: Runtime, verb: ScoringVerb, args: ExtenderArgs) -> Any:
     return result
 
 
-@router.post(
-    "/filter",
-    response_model=None,
-    responses={200: {"model": ExtenderFilterResult, "description": "ExtenderFilterResult"}},
-    openapi_extra=body_doc(ExtenderArgs),
-)
+@verb_route(router, "/filter", ExtenderArgs, ExtenderFilterResult, "ExtenderFilterResult")
 async def filter_nodes(request: Request, rt: RuntimeDep) -> Response:
     """Nodes that can host the pod (``Nodes`` or ``NodeNames``, matching the request) and
     ``FailedNodes`` / ``FailedAndUnresolvableNodes`` with a reason each; a bad pod gets
@@ -62,12 +57,7 @@ async def filter_nodes(request: Request, rt: RuntimeDep) -> Response:
     return json_response(answer(rt, "filter", await read_body(request, ExtenderArgs)))
 
 
-@router.post(
-    "/prioritize",
-    response_model=None,
-    responses={200: {"model": list[HostPriority], "description": "HostPriorityList"}},
-    openapi_extra=body_doc(ExtenderArgs),
-)
+@verb_route(router, "/prioritize", ExtenderArgs, list[HostPriority], "HostPriorityList")
 async def prioritize_nodes(request: Request, rt: RuntimeDep) -> Response:
     """``[{"Host", "Score"}]``, 0–10 per node (see :mod:`topology.policies.scoring`)."""
     return json_response(answer(rt, "prioritize", await read_body(request, ExtenderArgs)))
