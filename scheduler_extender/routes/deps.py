@@ -42,8 +42,9 @@ class Runtime:
     bind_pool: ThreadPoolExecutor = field(default_factory=bind_threads)
 
     async def in_bind_thread(self, fn: Callable[[A], R], arg: A) -> R:
-        """``fn(arg)`` on a bind thread, awaited on the event loop. (The executor's own hop:
-        anyio's ``to_thread.run_sync`` with a limiter cost about three times as much per bind,
+        """``fn(arg)`` on a bind thread, awaited on the event loop: the executor's own hop.
+        (anyio's ``to_thread.run_sync`` with a limiter — backend lookup, limiter, queue — was
+        about 3 % of the extender's samples in the 100-node stream profile,
         ``benchmarks/profile_extender.py``.)"""
         return await asyncio.get_running_loop().run_in_executor(self.bind_pool, fn, arg)
 
