@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -557,6 +558,22 @@ def _no_reply(exc: Exception) -> ApiError:
     return ApiError(" ".join(f"no reply from the API server: {exc}".split()), 0)
 
 
+@contextmanager
+def _as_api_error() -> Iterator[None]:
+    """Raise what the official client raises inside as an :class:`ApiError`: its
+    ``ApiException`` with the HTTP status (:func:`_api_error`; 410 Gone as
+    :class:`WatchExpired`), a urllib3 transport failure with status 0 (:func:`_no_reply`)."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
+    try:
+        yield
+    except ApiException as exc:
+        raise _api_error(exc) from None
+    except HTTPError as exc:
+        raise _no_reply(exc) from None
+
+
 class OfficialKubeAPI:
     """:class:`KubeAPI` over the official client's ``CoreV1Api`` (raw JSON, no models).
 
@@ -602,13 +619,10 @@ class OfficialKubeAPI:
         return cls(client.CoreV1Api(api_client))
 
     def _list(self, fn: Any, **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         items: list[dict[str, Any]] = []
         cont: str | None = None
         rv = ""
-        try:
+        with _as_api_error():
             while True:
                 extra = {"_continue": cont} if cont else {}
                 resp = fn(limit=500, _preload_content=False,
@@ -620,31 +634,25 @@ class OfficialKubeAPI:
                 cont = meta.get("continue")
                 if not cont:
                     return items, rv
-        except ApiException as exc:
-            raise _api_error(exc) from None
-        except HTTPError as exc:
-            raise _no_reply(exc) from None
 
     def _watch(
         self, fn: Any, resource_version: str, timeout_s: int, **kwargs: Any
     ) -> Iterator[dict[str, Any]]:
         from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
 
         def raw(**kw: Any) -> Any:  # no return annotation: Watch yields raw dicts
             return fn(**kw)
 
         w = watch.Watch()
         try:
-            for event in w.stream(
-                raw, resource_version=resource_version or None, timeout_seconds=timeout_s,
-                allow_watch_bookmarks=True, _request_timeout=(10, timeout_s + 30), **kwargs,
-            ):  # fmt: skip
-                if isinstance(event, dict):
-                    obj = event.get("raw_object", event.get("object"))
-                    yield {"type": event.get("type"), "object": obj}
-        except ApiException as exc:
-            raise _api_error(exc) from None
+            with _as_api_error():
+                for event in w.stream(
+                    raw, resource_version=resource_version or None, timeout_seconds=timeout_s,
+                    allow_watch_bookmarks=True, _request_timeout=(10, timeout_s + 30), **kwargs,
+                ):  # fmt: skip
+                    if isinstance(event, dict):
+                        obj = event.get("raw_object", event.get("object"))
+                        yield {"type": event.get("type"), "object": obj}
         finally:
             w.stop()
 
@@ -664,19 +672,16 @@ class OfficialKubeAPI:
         )  # fmt: skip
 
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
         try:
-            resp = self.core.read_namespaced_pod(
-                name, namespace, _preload_content=False, _request_timeout=self.request_timeout_s)
-            return json.loads(_drain(resp))  # type: ignore[no-any-return]
-        except ApiException as exc:
+            with _as_api_error():
+                resp = self.core.read_namespaced_pod(
+                    name, namespace, _preload_content=False,
+                    _request_timeout=self.request_timeout_s)
+                return json.loads(_drain(resp))  # type: ignore[no-any-return]
+        except ApiError as exc:
             if exc.status == 404:
                 return None
-            raise _api_error(exc) from None
-        except HTTPError as exc:
-            raise _no_reply(exc) from None
+            raise
 
     def create_binding(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
@@ -689,7 +694,6 @@ class OfficialKubeAPI:
         of it (``benchmarks/profile_extender.py``). ``param_serialize`` and ``call_api`` are
         the generated client's own request layer (kubernetes >= 37)."""
         from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
 
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
@@ -699,7 +703,7 @@ class OfficialKubeAPI:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         api = self.core.api_client
-        try:
+        with _as_api_error():  # no reply: sent, maybe written; the caller reads back
             request = api.param_serialize(
                 method="POST", resource_path="/api/v1/namespaces/{namespace}/pods/{name}/binding",
                 path_params={"namespace": namespace, "name": name},
@@ -714,7 +718,3 @@ class OfficialKubeAPI:
                     resp.response.release_conn()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
             _drain(resp.response)
-        except ApiException as exc:
-            raise _api_error(exc) from None
-        except HTTPError as exc:  # sent, maybe written, no reply: the caller reads back
-            raise _no_reply(exc) from None
