@@ -41,11 +41,11 @@ from device_plugin.api import api_pb2_grpc as pb_grpc
 from device_plugin.api import podresources_pb2 as pr
 from device_plugin.api import podresources_pb2_grpc as pr_grpc
 from device_plugin.devices import BY_NAME, build_devices
-from device_plugin.health import HealthState
 from device_plugin.kubelet_view import NoKubeletView, PodResourcesClient
 from device_plugin.metrics import Metrics
 from device_plugin.pods import MemoryPodSource, make_pod
 from device_plugin.server import DevicePluginServicer, ResourceServer
+from gpunode.health import HealthState
 from topology import catalog
 from topology.contract import (
     RESOURCE_GPU,

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from device_plugin.devices import RESOURCES, Device, ResourceSpec, build_devices, gpus_of
-from device_plugin.health import HealthState
 from device_plugin.identity import (
     ANN_ALLOCATED,
     IdentityError,
@@ -34,7 +33,8 @@ from device_plugin.identity import (
 from device_plugin.kubelet_view import KubeletPods, KubeletView, NoKubeletView
 from device_plugin.metrics import Metrics
 from device_plugin.pods import PodInfo, PodSource, PodSourceError
-from device_plugin.response import ContainerGrant, grant
+from gpunode.container import ContainerGrant, grant
+from gpunode.health import HealthState
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import AssignmentError, parse_assignment
 from topology.model import Topology

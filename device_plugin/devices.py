@@ -1,4 +1,4 @@
-"""The resources the plugin advertises and their device IDs (pure, except :func:`minor_numbers`).
+"""The resources the plugin advertises and their device IDs (pure).
 
 Four resources, one kubelet endpoint (unix socket) each:
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import (
@@ -184,31 +183,6 @@ def gpus_of(spec: ResourceSpec, devices: Iterable[str]) -> dict[str, int]:
         uuid = gpu_of(spec, d)
         counts[uuid] = counts.get(uuid, 0) + 1
     return counts
-
-
-def minor_numbers(topology: Topology, proc: Path | None) -> dict[int, int]:
-    """GPU index → minor number of its ``/dev/nvidia<minor>`` node.
-
-    With ``proc`` (the real host, normally ``/proc``), read ``Device Minor:`` from
-    ``<proc>/driver/nvidia/gpus/<bus id>/information``; a GPU whose file is missing or
-    unreadable, and every GPU when ``proc`` is None (the fake NVML), gets its index (NVML
-    index and minor number agree on most machines, but not all: hence the lookup).
-    """
-    out = {g.index: g.index for g in topology.gpus}
-    if proc is None:
-        return out
-    for g in topology.gpus:
-        path = proc / "driver" / "nvidia" / "gpus" / g.pci_bus_id.lower() / "information"
-        try:
-            text = path.read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip().isdigit():
-                out[g.index] = int(value.strip())
-                break
-    return out
 
 
 def index_by_uuid(topology: Topology) -> Mapping[str, int]:

@@ -17,8 +17,7 @@ from types import FrameType
 from typing import Any
 
 from device_plugin.allocation import Allocator, Inventory
-from device_plugin.devices import RESOURCES, ResourceSpec, minor_numbers
-from device_plugin.health import HealthState, start_nvml_watch, start_xid_file_feeder
+from device_plugin.devices import RESOURCES, ResourceSpec
 from device_plugin.kubelet_config import KubeletConfigFileError, resolve_kubelet_config
 from device_plugin.kubelet_view import KubeletView, NoKubeletView, PodResourcesClient
 from device_plugin.metrics import Metrics
@@ -29,16 +28,19 @@ from device_plugin.profiling import (
     ProfileLoop,
     ProfileSink,
 )
-from device_plugin.publish import (
+from device_plugin.registration import KubeletWatcher
+from device_plugin.server import DevicePluginServicer, ResourceServer
+from device_plugin.settings import DevicePluginSettings
+from gpunode import kube
+from gpunode.container import minor_numbers
+from gpunode.health import HealthState, start_nvml_watch, start_xid_file_feeder
+from gpunode.publish import (
     FileNodePublisher,
     KubeNodePublisher,
     NodePublisher,
     PublishLoop,
     node_metadata,
 )
-from device_plugin.registration import KubeletWatcher
-from device_plugin.server import DevicePluginServicer, ResourceServer
-from device_plugin.settings import DevicePluginSettings
 from topology.contract import RESOURCE_VGPU_MEMORY
 from topology.model import Topology, TopologyError
 from topology.numa_alignment import KubeletConfig, KubeletConfigError
@@ -52,24 +54,16 @@ class PluginError(RuntimeError):
 
 
 def core_api(kubeconfig: Path | None, timeout_s: float = 10.0) -> Any:
-    """A ``CoreV1Api`` from ``kubeconfig``, or from the in-cluster service account.
+    """A ``CoreV1Api`` from ``kubeconfig``, or from the in-cluster service account
+    (:func:`gpunode.kube.core_api`).
 
     Raises:
         PluginError: no usable configuration.
     """
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
-
-    cfg = client.Configuration()
     try:
-        if kubeconfig is not None:
-            config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
-        else:
-            config.load_incluster_config(client_configuration=cfg)
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig)"
-        raise PluginError(f"cannot load {where}: {' '.join(str(exc).split())}") from None
-    return client.CoreV1Api(client.ApiClient(cfg))
+        return kube.core_api(kubeconfig)
+    except kube.KubeConfigError as exc:
+        raise PluginError(str(exc)) from None
 
 
 def open_nvml(settings: DevicePluginSettings) -> tuple[Any, Topology]:

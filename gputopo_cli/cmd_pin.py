@@ -2,7 +2,7 @@
 
 The device plugin gives every container that receives gputopo GPUs the CPUs local to them
 (Gaia §III-A: a task runs best on the CPUs of its GPUs' NUMA node) as ``GPUTOPO_CPU_AFFINITY``,
-a Linux cpulist such as ``0-19,40-59`` (``device_plugin/response.py``; the same list as the
+a Linux cpulist such as ``0-19,40-59`` (``gpunode/container.py``; the same list as the
 pod's ``gputopo.io/cpu-affinity`` annotation). The device-plugin API cannot pin a process, and
 the kubelet's CPU manager pins only Guaranteed pods with whole CPUs (docs/cpu-pinning.md). This
 wrapper, used as the container's entrypoint, does it for every other pod:
@@ -33,7 +33,7 @@ import typer
 from gputopo_cli.common import fail
 from topology.model import TopologyError, format_cpu_list, parse_cpu_list
 
-#: The environment variable the device plugin's Allocate sets (device_plugin/response.py).
+#: The environment variable the device plugin's Allocate sets (gpunode/container.py).
 AFFINITY_ENV = "GPUTOPO_CPU_AFFINITY"
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126

@@ -11,7 +11,7 @@ throughput benchmark (``benchmarks/bench_scheduler.py``) and ``gputopo cluster-d
 Pieces:
 
 * :func:`add_gpu_node`: a kwok node carrying what the device plugin would publish
-  (``device_plugin.publish.node_metadata``: the ``gputopo.io/topology`` annotation, the vGPU
+  (``gpunode.publish.node_metadata``: the ``gputopo.io/topology`` annotation, the vGPU
   memory unit, the model and topology-class labels) and the capacity the kubelet would report
   from the plugin's devices (``nvidia.com/gpu`` = GPUs, ``gputopo.io/vgpu-core`` = 100 per GPU,
   ``gputopo.io/vgpu-memory`` = units per GPU, summed, ``gputopo.io/gpu-shared`` = co-location
@@ -49,7 +49,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from device_plugin.devices import memory_units
-from device_plugin.publish import node_metadata
+from gpunode.publish import node_metadata
 from localcluster.chart import render_scheduler_config
 from localcluster.controlplane import ControlPlane, ControlPlaneError, free_port, wait_until
 from localcluster.process import ManagedProcess

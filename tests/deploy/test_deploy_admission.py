@@ -3,7 +3,7 @@
 * ``gputopo-device-plugin-own-nodes`` and ``-own-pods`` (ValidatingAdmissionPolicies): with a
   token bound to
   the device-plugin pod of node A — what the kubelet projects into that pod — the plugin's own
-  code (:class:`~device_plugin.publish.KubeNodePublisher`,
+  code (:class:`~gpunode.publish.KubeNodePublisher`,
   :class:`~device_plugin.pods.KubePodSource`) may patch node A and the pods bound to A, and is
   refused node B, pods on B and unbound pods with the policy's message; a token naming no node
   may patch nothing; other users are not affected.
@@ -36,7 +36,7 @@ from kubernetes.dynamic import DynamicClient
 from device_plugin.identity import ANN_ALLOCATED, parse_record
 from device_plugin.plugin import core_api
 from device_plugin.pods import KubePodSource, PodSourceError
-from device_plugin.publish import KubeNodePublisher, NodeMetadata, PublishError
+from gpunode.publish import KubeNodePublisher, NodeMetadata, PublishError
 from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
 from localcluster.controlplane import SERVICE_ACCOUNT_ISSUER, wait_until

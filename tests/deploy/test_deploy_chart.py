@@ -314,7 +314,7 @@ def test_extender_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> Non
 
 
 def test_device_plugin_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
-    # exactly its calls: patch_node (publish.py), one field-selected LIST of the pods on its
+    # exactly its calls: patch_node (gpunode/publish.py), one field-selected LIST of the pods on its
     # node and patch_namespaced_pod (pods.py); the admission policy confines the patches
     assert rules(variants["default"], "gputopo-device-plugin") == [
         (("",), ("nodes",), ("patch",)),

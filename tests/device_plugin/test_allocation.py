@@ -390,7 +390,7 @@ def test_grant_can_omit_device_nodes_missing_on_the_host() -> None:
     container gets only the device nodes that exist; without it, all of them."""
     from pathlib import Path
 
-    from device_plugin.response import grant
+    from gpunode.container import grant
     from topology import catalog
     from topology.contract import Assignment
 

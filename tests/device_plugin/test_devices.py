@@ -15,8 +15,8 @@ from device_plugin.devices import (
     gpu_of,
     gpus_of,
     memory_units,
-    minor_numbers,
 )
+from gpunode.container import minor_numbers
 from topology import catalog
 from topology.contract import RESOURCE_GPU, RESOURCE_VGPU_CORE, RESOURCE_VGPU_MEMORY
 from topology.model import Topology

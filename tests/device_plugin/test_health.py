@@ -19,11 +19,11 @@ from device_plugin.allocation import Allocator, Inventory
 from device_plugin.api import HEALTHY, UNHEALTHY
 from device_plugin.api import api_pb2 as pb
 from device_plugin.devices import resource
-from device_plugin.health import HealthState
 from device_plugin.metrics import Metrics
 from device_plugin.pods import FilePodSource
 from device_plugin.server import DevicePluginServicer
 from device_plugin.settings import DEFAULT_HEALTH_RECOVERY_S, load_settings
+from gpunode.health import HealthState
 from topology import catalog
 from topology.contract import RESOURCE_GPU
 from topology.discovery.fake_nvml import FakeNVML

@@ -1,6 +1,6 @@
 """Where the plugin learns its kubelet's NUMA-alignment settings: its own settings, then the
 kubelet's KubeletConfiguration file, then the kubelet's defaults (device_plugin.kubelet_config);
-and the labels it publishes for them (device_plugin.publish.node_metadata)."""
+and the labels it publishes for them (gpunode.publish.node_metadata)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from device_plugin.kubelet_config import (
     read_kubelet_config_file,
     resolve_kubelet_config,
 )
-from device_plugin.publish import node_metadata
 from device_plugin.settings import SettingsError, load_settings
+from gpunode.publish import node_metadata
 from topology import catalog
 from topology.contract import KUBELET_CONFIG_LABELS, LABEL_TOPOLOGY_MANAGER_POLICY
 from topology.numa_alignment import KubeletConfig, KubeletConfigError, kubelet_config_from_labels

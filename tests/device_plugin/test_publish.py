@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from device_plugin.plugin import PluginError, open_nvml
-from device_plugin.publish import (
+from device_plugin.settings import load_settings
+from gpunode.publish import (
     ANN_VGPU_MEMORY_UNIT,
     MemoryNodePublisher,
     PublishLoop,
@@ -14,7 +15,6 @@ from device_plugin.publish import (
     label_value,
     node_metadata,
 )
-from device_plugin.settings import load_settings
 from topology import catalog, serialization
 from topology.contract import (
     ANN_TOPOLOGY,
@@ -62,7 +62,7 @@ def test_mixed_models_and_unhealthy_gpus(topo: Topology) -> None:
 
 
 def test_publish_loop_publishes_and_survives_errors(topo: Topology) -> None:
-    from device_plugin.publish import PublishError
+    from gpunode.publish import PublishError
 
     sink = MemoryNodePublisher()
     loop = PublishLoop(sink, "n1", lambda: node_metadata(topo, frozenset(), 256), 60)

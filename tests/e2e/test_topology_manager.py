@@ -1,7 +1,7 @@
 """End to end: GPU pods through the real kube-scheduler (the chart's configuration), the real
 extender and kwok nodes whose device plugins publish ``topologyManagerPolicy:
 single-numa-node`` with the static CPU manager (``gputopo.io/topology-manager-policy`` …
-labels, as ``device_plugin.publish.node_metadata`` writes them).
+labels, as ``gpunode.publish.node_metadata`` writes them).
 
 There is no kubelet here, so the kubelet's part is the model
 (:func:`topology.numa_alignment.kubelet_hands_over`, held to the real 1.36 kubelet code in

@@ -498,7 +498,7 @@ class HealthWatcher:
 
     ``healthy=True`` is an observation ("NVML answered normally just now"), not a verdict:
     NVML has no "recovered" event, so the watcher's owner decides when a GPU marked unhealthy
-    has answered normally long enough (``device_plugin.health.HealthState``).
+    has answered normally long enough (``gpunode.health.HealthState``).
 
     Use :meth:`open`, then :meth:`step` in a loop, then :meth:`close` (or
     :func:`watch_health`, which does exactly that in the calling thread). ``step`` with a
