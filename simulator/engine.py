@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 
 from simulator import SimulationError
 from simulator import runtime as rt
-from simulator.workloads import Job, Workload
+from simulator.workloads import Job, JobId, Workload
 from topology.colocation.model import DEFAULT_SLOTS, DEFAULT_THRESHOLD, slowdowns
 from topology.colocation.profile import JobProfile
 from topology.model import Topology
@@ -110,7 +110,7 @@ class JobRecord:
     attempts: int = 0
     postponements: int = 0
     policy_effbw_gbps: float = 0.0
-    corunners: set[int] = field(default_factory=set)
+    corunners: set[JobId] = field(default_factory=set)
     predicted_delta: float | None = None
 
     @property
@@ -254,8 +254,8 @@ class Simulation:
         self.group_nodes = group_nodes
         self.size = topology.size
         self.full_mask = (1 << self.size) - 1
-        self.requests: dict[int, Request] = {}
-        self.request_keys: dict[int, tuple[object, ...]] = {}
+        self.requests: dict[JobId, Request] = {}
+        self.request_keys: dict[JobId, tuple[object, ...]] = {}
         self._check_jobs()
         self.sockets = amaral.physical_graph(topology).socket
 
@@ -432,13 +432,13 @@ class Simulation:
         self.best_sum = b0 * self.n_nodes
         self.running_on: list[list[_Running]] = [[] for _ in range(self.n_nodes)]
         records = {j.id: JobRecord(job=j) for j in self.workload.jobs}
-        events: list[tuple[float, int, int, int, int]] = []  # time, kind, seq, job, version
+        events: list[tuple[float, int, int, JobId, int]] = []  # time, kind, seq, job, version
         seq = 0
         for job in self.workload.jobs:
             heapq.heappush(events, (job.arrival_s, 1, seq, job.id, 0))
             seq += 1
         queue: list[Job] = []
-        running: dict[int, _Running] = {}
+        running: dict[JobId, _Running] = {}
         timeline: list[Sample] = []
         busy = 0
         done = 0

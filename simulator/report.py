@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from simulator.engine import JobRecord, RunResult
+from simulator.workloads import id_key
 
 QKEYS = ("min", "p25", "median", "p75", "max")
 #: JCT quantiles also report the 95th percentile (Tabrizian's tail).
@@ -170,7 +171,7 @@ def write_jobs_csv(r: RunResult, path: Path) -> None:
                 x.mapping, x.effbw_gbps, x.effbw_eq2_gbps, x.policy_effbw_gbps, x.ideal_gbps,
                 x.ratio_to_ideal, x.best_available_gbps, x.got_optimum, x.bandwidth_factor,
                 x.decision_ms, x.attempts, x.postponements, j.shared, x.jct_s, x.slowdown,
-                ";".join(str(c) for c in sorted(x.corunners)), x.predicted_delta,
+                ";".join(str(c) for c in sorted(x.corunners, key=id_key)), x.predicted_delta,
             )])  # fmt: skip
 
 

@@ -42,6 +42,7 @@ import io
 import json
 import math
 import random
+import re
 from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -137,13 +138,48 @@ def amaral_comm_share(network: str, batch: str) -> float:
 
 # ------------------------------------------------------------------------------ jobs
 
+#: A job's id: a number (generated workloads, CSV rows) or a name (``"bert-a"``).
+JobId = int | str
+
+
+def id_key(jid: JobId) -> tuple[int, int | str]:
+    """Sort key of job ids: numbers in numeric order, then names in text order (a workload
+    may mix both)."""
+    return (0, jid) if isinstance(jid, int) else (1, jid)
+
+
+def parse_job_id(value: Any, where: str) -> JobId:
+    """A job id from a workload file: a whole number (``7``, ``"7"``, ``7.0``) stays a number,
+    any other non-empty text is a name kept exactly (``"bert-a"``).
+
+    Raises:
+        SimulationError: empty, a boolean, a fraction, or not text or a number.
+    """
+    if isinstance(value, bool):
+        raise SimulationError(f"{where}: id={value!r} must be a number or a name")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if math.isfinite(value) and value == int(value):
+            return int(value)
+        raise SimulationError(f"{where}: id={value!r} must be a whole number or a name")
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise SimulationError(f"{where}: id is empty")
+        if re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+        return text
+    raise SimulationError(f"{where}: id={value!r} must be a number or a name")
+
 
 @dataclass(frozen=True)
 class Job:
     """One job of a workload.
 
     Attributes:
-        id: unique id (the order of submission at equal arrival times).
+        id: unique id, a number or a name (:data:`JobId`; the order of submission at equal
+            arrival times, numbers before names: :func:`id_key`).
         arrival_s: submission time, seconds.
         gpus: whole GPUs requested (≥ 1).
         network: model name (``vgg16``, ``alexnet``, …; free text for other jobs).
@@ -161,7 +197,7 @@ class Job:
         iteration_s: shared jobs: solo iteration time t_j, seconds.
     """
 
-    id: int
+    id: JobId
     arrival_s: float
     gpus: int
     network: str
@@ -322,7 +358,7 @@ def mapa(jobs: int = 300, seed: int = 0, arrival: str = "batch", rate: float = 1
     )
 
 
-def amaral_job(i: int, t: float, gpus: int, network: str, batch: str,
+def amaral_job(i: JobId, t: float, gpus: int, network: str, batch: str,
                jitter: float = 1.0) -> Job:
     """An Amaral job (run time, communication share, sensitivity from the tables above)."""
     share = amaral_comm_share(network, batch)
@@ -398,7 +434,7 @@ _SHARED_FIELDS = ("kernel_occupancy", "mem_bandwidth_util", "gpu_memory_mib", "i
                   "iterations")
 
 
-def shared_job(jid: int, arrival: float, raw: dict[str, Any], catalog: ProfileCatalog,
+def shared_job(jid: JobId, arrival: float, raw: dict[str, Any], catalog: ProfileCatalog,
                where: str) -> Job:
     """A shared (co-location) job from a file row: its profile resolved as a pod's would be
     (:func:`topology.colocation.sources.resolve_profile`: explicit numbers, then the profile
@@ -477,7 +513,7 @@ def job_from_mapping(raw: dict[str, Any], index: int,
     unknown = sorted(set(raw) - allowed)
     if unknown:
         raise SimulationError(f"{where}: unknown field(s) {', '.join(unknown)}")
-    jid = _num(raw.get("id", index), "id", where, int)
+    jid = parse_job_id(raw.get("id", index), where)
     arrival = _num(raw.get("arrival_s", 0.0), "arrival_s", where)
     if arrival < 0:
         raise SimulationError(f"{where}: arrival_s must be >= 0")
@@ -715,7 +751,7 @@ def _finish(w: Workload) -> Workload:
         raise SimulationError(f"{w.name}: duplicate job ids")
     if w.default_nodes < 1:
         raise SimulationError(f"{w.name}: default_nodes must be >= 1")
-    return replace(w, jobs=tuple(sorted(w.jobs, key=lambda j: (j.arrival_s, j.id))))
+    return replace(w, jobs=tuple(sorted(w.jobs, key=lambda j: (j.arrival_s, id_key(j.id)))))
 
 
 def load_file(path: str) -> Workload:

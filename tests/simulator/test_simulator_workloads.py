@@ -117,3 +117,40 @@ def test_unknown_workload() -> None:
         load_workload("/nonexistent/w.json")
     with pytest.raises(SimulationError, match="not a regular file"):
         load_workload("/tmp")
+
+
+def test_named_ids_are_kept_everywhere(tmp_path: Path) -> None:
+    """The docs say only that ids are unique: names are ids too, and every output keeps them
+    (a newcomer's ``"id": "bert-a"`` used to be refused as "not a number")."""
+    import csv
+
+    from simulator.run import simulate
+
+    f = tmp_path / "named.json"
+    f.write_text(json.dumps({"jobs": [
+        {"id": "bert-a", "gpus": 2, "network": "vgg16"},
+        {"id": 7, "gpus": 1, "network": "caffenet"},
+        {"id": "bert-b", "gpus": 4, "network": "resnet50", "arrival_s": 0},
+        {"id": "3", "gpus": 1, "network": "googlenet"},  # a number written as text (CSV)
+    ]}))
+    w = load_workload(str(f))
+    # equal arrivals: numbers first in numeric order, then names in text order
+    assert [j.id for j in w.jobs] == [3, 7, "bert-a", "bert-b"]
+    out = tmp_path / "out"
+    simulate("dgx1-v100", w, ["gputopo"], nodes=1, out=out, make_plots=False)
+    rows = list(csv.DictReader((out / "jobs-gputopo.csv").open()))
+    assert [r["job"] for r in rows] == ["3", "7", "bert-a", "bert-b"]
+    saved = json.loads((out / "workload.json").read_text())
+    assert [j["id"] for j in saved["jobs"]] == [3, 7, "bert-a", "bert-b"]
+    assert load_workload(str(out / "workload.json")).jobs == w.jobs  # replays exactly
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("true", "must be a number or a name"), ('""', "id is empty"), ("1.5", "whole number"),
+    ("[1]", "must be a number or a name"),
+])
+def test_bad_ids(tmp_path: Path, value: str, message: str) -> None:
+    f = tmp_path / "w.json"
+    f.write_text(f'{{"jobs": [{{"id": {value}, "gpus": 1, "runtime_s": 5}}]}}')
+    with pytest.raises(SimulationError, match=message):
+        load_workload(str(f))
