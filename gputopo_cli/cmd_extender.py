@@ -106,11 +106,15 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", help="random seed of the pod stream")] = 7,
         port: Annotated[int, typer.Option("--port", min=0, max=65535, help="loopback port of the extender (0 = any free port)")] = 0,
     ) -> None:
-        """Stream seeded GPU pods through a real extender on loopback; compare with baseline.
+        """Stream seeded GPU pods through a real extender on loopback; compare with the
+        default stack (kube-scheduler + NVIDIA's device plugin).
 
         The extender (memory state) runs in-process; each pod goes through POST /filter,
-        /prioritize and /bind as kube-scheduler would send them. The summary compares the
-        predicted EffBW of the sensitive multi-GPU jobs with lowest-index placement.
+        /prioritize and /bind as kube-scheduler would send them. The same stream is replayed
+        with kube-scheduler's own node choice and NVIDIA's best-effort GPU choice, and with
+        lowest free indices. The summary puts the worst bandwidth-sensitive job first, then
+        the makespan and mean job completion time (a sensitive pod runs longer on worse
+        links).
         """
         from gputopo_cli.demo import run_demo
         from scheduler_extender.state import NodesSpecError, parse_nodes_spec

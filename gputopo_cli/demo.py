@@ -9,18 +9,27 @@ with the highest score (ties: by name, as a deterministic stand-in for kube-sche
 tie-break), and binds. Pods finish after a seeded lifetime, so GPUs are recycled; a pod that
 fits nowhere waits and is retried after the next departure.
 
-The same stream is then played against a second extender running ``baseline`` (lowest free
-GPU indices: what the kubelet does without topology knowledge), and the predicted effective
-bandwidth of the bandwidth-sensitive multi-GPU jobs is compared, all with one model
-(gputopo-v1; MAPA Eq. 2 alongside).
+The same stream is then played against the stack a cluster runs without gputopo: the
+default kube-scheduler's node choice (LeastAllocated: the feasible node with the most free
+GPUs) with NVIDIA's device plugin picking the GPUs (``nvidia-best-effort``: go-gpuallocator's
+best-effort preferred allocation), and with lowest free indices (``baseline``: a device plugin
+without a preferred allocation). Every placement is judged with one model (gputopo-v1; MAPA
+Eq. 2 alongside, clamped at 0 where it predicts less — it was fitted on 2-5-GPU NCCL rings and
+goes negative outside them), and a bandwidth-sensitive pod runs longer when its EffBW is below
+the best an idle node offers (the simulator's run-time model, MAPA Fig. 16:
+:func:`simulator.runtime.bandwidth_factor`), so placement shows in the makespan and the job
+completion times too. The summary puts the worst sensitive job first: it is what a user of a
+shared cluster notices.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 import random
 import socket
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +45,7 @@ from fastapi import FastAPI
 from scheduler_extender.app import create_app
 from scheduler_extender.settings import ExtenderSettings
 from scheduler_extender.state import MemoryState
+from simulator.runtime import bandwidth_factor
 from topology import contract as _contract
 from topology.contract import (
     ANN_BW_SENSITIVE,
@@ -53,6 +63,16 @@ from topology.policies.registry import DEFAULT_POLICY, policies
 from topology.serialization import dumps
 
 BASELINE = "baseline"
+#: The GPU choice of NVIDIA's device plugin (go-gpuallocator's best-effort preferred
+#: allocation), played with kube-scheduler's own node choice: the stack without gputopo.
+DEFAULT_STACK = "nvidia-best-effort"
+#: How the demo's kube-scheduler picks among the nodes that pass filter: ``extender`` = the
+#: highest ``/prioritize`` score (gputopo in the scheduler), ``least-allocated`` = the node
+#: with the most free GPUs (kube-scheduler without an extender; the simulator's rule).
+NODE_CHOICES = ("extender", "least-allocated")
+#: Share of a sensitive pod's run time spent communicating (the simulator's default for a
+#: sensitive job of no known network, docs/simulator.md); insensitive pods do not slow down.
+SENSITIVE_COMM_SHARE = 0.5
 #: MiB per ``gputopo.io/vgpu-memory`` unit (the contract's, once it defines one).
 _MEMORY_UNIT_MIB: int = getattr(_contract, "DEFAULT_VGPU_MEMORY_UNIT_MIB", 1)
 PATTERNS = ("ring", "all-to-all", "tree")
@@ -246,19 +266,53 @@ class Placement:
     gpus: tuple[int, ...]
     effbw_gputopo: float
     effbw_mapa: float
-    score: int
+    score: int | None
     waited: int = 0
     best_effbw: float = 0.0
+    runs_for: int = 0
+
+    @property
+    def sensitive(self) -> bool:
+        """A bandwidth-sensitive pod with more than one GPU (the jobs whose EffBW counts)."""
+        return self.pod.sensitive and self.pod.gpus >= 2
+
+    @property
+    def finish(self) -> int:
+        """The tick it finishes: placed at :attr:`tick`, runs :attr:`runs_for` ticks."""
+        return self.tick + self.runs_for
+
+    @property
+    def jct(self) -> int:
+        """Job completion time, ticks: from arrival to finish (waiting included)."""
+        return self.waited + self.runs_for
 
 
 @dataclass
 class RunResult:
-    """One policy's run over the stream."""
+    """One policy's run over the stream.
+
+    Attributes:
+        policy: the extender's policy (who picked the GPUs).
+        node_choice: how the node was picked (:data:`NODE_CHOICES`).
+        label: the name the summary gives the run.
+    """
 
     policy: str
+    node_choice: str = "extender"
+    label: str = ""
     placements: list[Placement] = field(default_factory=list)
     never_placed: list[DemoPod] = field(default_factory=list)
     total_wait: int = 0
+
+    @property
+    def makespan(self) -> int:
+        """Ticks from the first arrival (tick 1) to the last finish (0 when nothing ran)."""
+        return max((pl.finish for pl in self.placements), default=1) - 1
+
+    @property
+    def mean_jct(self) -> float:
+        """Mean job completion time (arrival to finish), ticks."""
+        return float(np.mean([pl.jct for pl in self.placements])) if self.placements else 0.0
 
 
 class _Scheduler:
@@ -274,8 +328,11 @@ class _Scheduler:
         ]  # fmt: skip
         self.calls = 0
 
-    def schedule(self, p: DemoPod, by_objects: bool) -> tuple[str, int] | str:
-        """Bind ``p``; returns ``(node, score)`` or the reason it fits nowhere."""
+    def schedule(self, p: DemoPod, by_objects: bool,
+                 node_choice: str = "extender") -> tuple[str, int | None] | str:
+        """Bind ``p``; returns ``(node, score)`` or the reason it fits nowhere. With
+        ``least-allocated`` the node is the feasible one with the most free GPUs (ties by
+        name) and prioritize is not called (score None): kube-scheduler without gputopo."""
         pod = pod_object(p)
         if by_objects:
             args: dict[str, Any] = {"Pod": pod, "Nodes": {"metadata": {}, "items":
@@ -298,24 +355,36 @@ class _Scheduler:
                 return "no node fits"
             first = min(reasons)
             return f"no node fits (e.g. {first}: {reasons[first]})"
-        if by_objects:
-            keep = set(feasible)
-            args["Nodes"] = {"metadata": {}, "items": [
-                n for n in self.node_objects if n["metadata"]["name"] in keep]}
+        score: int | None = None
+        if node_choice == "least-allocated":
+            node = min(feasible, key=lambda n: (-self._free(n), n))
         else:
-            args["NodeNames"] = feasible
-        r = self.client.post("/prioritize", json=args)
-        self.calls += 1
-        r.raise_for_status()
-        scores = {h["Host"]: h["Score"] for h in r.json()}
-        node = min(feasible, key=lambda n: (-scores.get(n, 0), n))
+            if by_objects:
+                keep = set(feasible)
+                args["Nodes"] = {"metadata": {}, "items": [
+                    n for n in self.node_objects if n["metadata"]["name"] in keep]}
+            else:
+                args["NodeNames"] = feasible
+            r = self.client.post("/prioritize", json=args)
+            self.calls += 1
+            r.raise_for_status()
+            scores = {h["Host"]: h["Score"] for h in r.json()}
+            node = min(feasible, key=lambda n: (-scores.get(n, 0), n))
+            score = scores.get(node, 0)
         r = self.client.post("/bind", json={
             "PodName": p.name, "PodNamespace": "default", "PodUID": p.uid, "Node": node})
         self.calls += 1
         r.raise_for_status()
         if r.json()["Error"]:
             return str(r.json()["Error"])
-        return node, scores.get(node, 0)
+        return node, score
+
+    def _free(self, node: str) -> int:
+        """Free whole GPUs of ``node`` (what LeastAllocated ranks by)."""
+        topo = self.state.node_topology(node)
+        if isinstance(topo, Exception):
+            return 0
+        return len(self.state.node_state(node).free_gpus(topo))
 
 
 def _effbw(
@@ -346,9 +415,14 @@ def _effbw(
 def run_stream(
     policy: str, nodes: str, stream: list[DemoPod], *, port: int = 0,
     echo: Callable[[str], None] | None = None, header: list[str] | None = None,
-    reference: str | None = None,
+    reference: str | None = None, node_choice: str = "extender", label: str = "",
 ) -> RunResult:
     """Play ``stream`` through a fresh extender running ``policy`` on ``nodes``.
+
+    A pod holds its GPUs for its lifetime stretched by its placement
+    (:func:`simulator.runtime.bandwidth_factor` with :data:`SENSITIVE_COMM_SHARE` for a
+    sensitive multi-GPU pod, against the best EffBW an idle node offers), rounded up to
+    whole ticks.
 
     Args:
         policy: the extender's default policy.
@@ -359,20 +433,28 @@ def run_stream(
         header: lines printed once the extender is up.
         reference: policy whose idle-node choice is "the best achievable" (default: the
             default policy when registered, else ``policy``).
+        node_choice: how the demo's kube-scheduler picks a node (:data:`NODE_CHOICES`).
+        label: the run's name in the summary (default: the policy).
+
+    Raises:
+        ValueError: an unknown ``node_choice``.
     """
+    if node_choice not in NODE_CHOICES:
+        raise ValueError(f"unknown node choice {node_choice!r}; use {' or '.join(NODE_CHOICES)}")
     if reference is None:
         reference = DEFAULT_POLICY if DEFAULT_POLICY in policies() else policy
     state = MemoryState.from_spec(nodes)
     settings = ExtenderSettings(policy=policy, state="memory", nodes=nodes, eval_budget_ms=0)
     app = create_app(settings, state)  # exact decisions: the demo is about placement quality
-    result = RunResult(policy)
+    result = RunResult(policy, node_choice, label or policy)
     evaluator = Evaluator()  # the reference decisions (the extender keeps its own)
     say = echo or (lambda _line: None)
     running: list[tuple[int, DemoPod, str, tuple[int, ...]]] = []  # (end tick, pod, node, gpus)
     pending: list[tuple[int, DemoPod]] = []
     with serve(app, port=port) as url, http_client(url) as client:
         sched = _Scheduler(client, state)
-        say(f"extender ({policy}) listening on {url}")
+        say(f"extender ({policy}) listening on {url}"
+            + ("" if node_choice == "extender" else f"; nodes chosen {node_choice}"))
         if header:
             for line in header:
                 say(line)
@@ -390,7 +472,8 @@ def run_stream(
                 break  # nothing will ever free up: the rest waits forever
             still: list[tuple[int, DemoPod]] = []
             for arrived, p in pending + [(tick, a) for a in arrivals]:
-                got = sched.schedule(p, by_objects=(int(p.name[-3:]) % 2 == 1))
+                got = sched.schedule(p, by_objects=(int(p.name[-3:]) % 2 == 1),
+                                     node_choice=node_choice)
                 if isinstance(got, str):
                     if arrived == tick:
                         say(f"{tick:>4}  {p.name:<8} {p.label:>4}  waits: {got}")
@@ -399,9 +482,11 @@ def run_stream(
                 node, score = got
                 gpus, eff, eff_mapa, best = _effbw(state, p, node, reference, evaluator)
                 pl = Placement(p, tick, node, gpus, eff, eff_mapa, score, tick - arrived, best)
+                comm = SENSITIVE_COMM_SHARE if pl.sensitive else 0.0
+                pl.runs_for = math.ceil(p.lifetime * bandwidth_factor(eff, best, comm) - 1e-9)
                 result.placements.append(pl)
                 result.total_wait += tick - arrived
-                running.append((tick + p.lifetime, p, node, gpus))
+                running.append((pl.finish, p, node, gpus))
                 say(_placement_line(pl))
             pending = still
         result.never_placed = [p for _, p in pending]
@@ -418,55 +503,118 @@ def _placement_line(pl: Placement) -> str:
     sens = "yes" if p.sensitive else "no"
     eff = f"{pl.effbw_gputopo:6.1f}" if p.gpus >= 2 else "     -"
     waited = f"  (waited {pl.waited})" if pl.waited else ""
+    score = "  " if pl.score is None else f"{pl.score:>2}"
+    slower = f", runs {pl.runs_for}/{p.lifetime}" if pl.runs_for > p.lifetime else ""
     return (
         f"{pl.tick:>4}  {p.name:<8} {p.label:>4}  {p.pattern:<10} {sens:<4} -> "
-        f"{pl.node:<16} GPU {_fmt_gpus(pl.gpus):<10} score {pl.score:>2}  EffBW {eff}{waited}"
+        f"{pl.node:<16} GPU {_fmt_gpus(pl.gpus):<10} score {score}  EffBW {eff}{waited}"
+        f"{slower}"
     )
 
 
 def _stats(values: list[float]) -> tuple[float, float, float]:
+    """(min, p25, median) of ``values``; NaN for none."""
     if not values:
         return float("nan"), float("nan"), float("nan")
     a = np.array(values)
     return float(a.min()), float(np.percentile(a, 25)), float(np.median(a))
 
 
+def _cell(value: float, width: int = 14) -> str:
+    return f"{'-':>{width}}" if math.isnan(value) else f"{value:>{width}.1f}"
+
+
 def summary(runs: list[RunResult]) -> list[str]:
-    """The comparison table (sensitive multi-GPU jobs) as lines."""
+    """The comparison table as lines: the worst sensitive job first, then the quartile and
+    the median of the sensitive multi-GPU jobs' EffBW (gputopo-v1), how many got the best an
+    idle node offers, MAPA Eq. 2's view (clamped at 0, with a note when it had to be),
+    makespan and mean JCT (ticks), waits."""
+    sel = {id(run): [pl for pl in run.placements if pl.sensitive] for run in runs}
+    head = f"  {'':<34}" + "".join(f"{run.label:>14}" for run in runs)
     lines = [
         "",
-        "Bandwidth-sensitive multi-GPU jobs: predicted effective bandwidth, GB/s",
-        "(same model for every policy: gputopo-v1; MAPA Eq. 2 in brackets)",
+        "Bandwidth-sensitive multi-GPU jobs (predicted effective bandwidth, GB/s, gputopo-v1 "
+        "for every run), worst job first:",
         "",
-        f"  {'policy':<10} {'jobs':>4}  {'min':>16}{'p25':>16}{'median':>16}"
-        f"   at best   waits",
+        head,
     ]
-    for run in runs:
-        sel = [pl for pl in run.placements if pl.pod.sensitive and pl.pod.gpus >= 2]
-        g = _stats([pl.effbw_gputopo for pl in sel])
-        m = _stats([pl.effbw_mapa for pl in sel])
-        cells = "".join(f" {a:6.1f} [{b:6.1f}]" for a, b in zip(g, m, strict=True))
-        at_best = sum(1 for pl in sel if pl.effbw_gputopo >= pl.best_effbw - 1e-6)
-        waits = f"{run.total_wait} ticks" + (
-            f", {len(run.never_placed)} never placed" if run.never_placed else "")
-        lines.append(
-            f"  {run.policy:<10} {len(sel):>4}  {cells}   {at_best:>3}/{len(sel):<3}   {waits}"
-        )
+    stats = {id(run): _stats([pl.effbw_gputopo for pl in sel[id(run)]]) for run in runs}
+    for row, k in (("worst sensitive job", 0), ("25th percentile", 1), ("median", 2)):
+        lines.append(f"  {row:<34}" + "".join(_cell(stats[id(run)][k]) for run in runs))
+    lines.append(f"  {'at the best an idle node offers':<34}" + "".join(
+        f"{sum(1 for pl in sel[id(run)] if pl.effbw_gputopo >= pl.best_effbw - 1e-6):>9}"
+        f"/{len(sel[id(run)]):<4}" for run in runs))
+    eq2 = {id(run): _stats([pl.effbw_mapa for pl in sel[id(run)]]) for run in runs}
+    clamped = any(v[0] < 0 for v in eq2.values())
+    lines.append(f"  {'MAPA Eq. 2: worst' + (' (*)' if clamped else ''):<34}" + "".join(
+        _cell(v[0] if math.isnan(v[0]) else max(0.0, v[0])) for v in eq2.values()))
+    lines.append(f"  {'MAPA Eq. 2: median':<34}" + "".join(
+        _cell(v[2] if math.isnan(v[2]) else max(0.0, v[2])) for v in eq2.values()))
     lines += [
         "",
-        "  at best: jobs whose GPUs match the best EffBW an idle node of the class offers.",
-        "  waits: arrivals a pod spent waiting for GPUs (summed over pods).",
-        "  MAPA Eq. 2 was fitted on 2-5-GPU NCCL runs and can go negative outside them.",
+        "Every job (ticks; a sensitive job runs longer when its EffBW is below the best):",
+        "",
+        head,
+        f"  {'makespan':<34}" + "".join(f"{run.makespan:>14d}" for run in runs),
+        f"  {'mean job completion time':<34}" + "".join(_cell(run.mean_jct) for run in runs),
+        f"  {'ticks spent waiting (all pods)':<34}" + "".join(
+            f"{run.total_wait:>14d}" for run in runs),
     ]
+    never = [f"{run.label}: {len(run.never_placed)}" for run in runs if run.never_placed]
+    if never:
+        lines.append(f"  never placed: {', '.join(never)}")
+    notes = [f"{run.label}: {_describe(run)}." for run in runs]
+    if clamped:
+        below = [pl for run in runs for pl in sel[id(run)] if pl.effbw_mapa < 0]
+        kinds = sorted({f"{pl.pod.gpus}-GPU {pl.pod.pattern}" for pl in below})
+        notes.append(
+            f"(*) MAPA Eq. 2 predicts less than nothing for {len(below)} of these "
+            f"{sum(len(v) for v in sel.values())} placements ({', '.join(kinds)}): it was "
+            "fitted on 2-5-GPU NCCL runs of one DGX-1 V100 and goes below zero outside them "
+            "(MAPA §3.4.3), so those count as 0; gputopo-v1 is the judge.")
+    lines.append("")
+    for note in notes:
+        lines += textwrap.wrap(note, 98, initial_indent="  ", subsequent_indent="    ")
     return lines
+
+
+def _describe(run: RunResult) -> str:
+    if run.policy == DEFAULT_STACK and run.node_choice == "least-allocated":
+        return ("kube-scheduler picks the node (LeastAllocated), NVIDIA's device plugin "
+                "the GPUs (best-effort preferred allocation)")
+    if run.policy == BASELINE:
+        return "lowest free GPU indices (a device plugin with no preferred allocation)"
+    return f"gputopo's extender picks the GPUs (policy {run.policy}) and scores the nodes"
+
+
+def headline(runs: list[RunResult]) -> str | None:
+    """One sentence: the first run against the default stack's run (None without one)."""
+    mine = runs[0]
+    other = next((r for r in runs[1:] if r.policy == DEFAULT_STACK), None)
+    if other is None:
+        return None
+    a = [pl.effbw_gputopo for pl in mine.placements if pl.sensitive]
+    b = [pl.effbw_gputopo for pl in other.placements if pl.sensitive]
+    parts = []
+    if a and b and min(b) > 0:
+        parts.append(f"its worst sensitive job gets {min(a) / min(b):.2f}x the bandwidth "
+                     f"({min(a):.1f} vs {min(b):.1f} GB/s)")
+    if other.makespan:
+        parts.append(f"the stream ends in {mine.makespan / other.makespan:.2f}x the time")
+    if other.mean_jct:
+        parts.append(f"mean job completion time is {mine.mean_jct / other.mean_jct:.2f}x")
+    if not parts:
+        return None
+    return f"{mine.label} against {other.label}: " + "; ".join(parts) + "."
 
 
 def run_demo(
     nodes: str = "dgx1-v100:4", pods: int = 40, seed: int = 7, port: int = 0,
     echo: Callable[[str], None] = print,
 ) -> list[RunResult]:
-    """The whole demo: the default policy with a printed trace, then ``baseline`` quietly,
-    then the summary. Returns both runs."""
+    """The whole demo: the default policy with a printed trace, then the default stack
+    (kube-scheduler's LeastAllocated + ``nvidia-best-effort``) and ``baseline`` quietly, then
+    the summary, worst job first. Returns the runs."""
     logging.getLogger("gputopo.extender").setLevel(logging.ERROR)
     main_policy = DEFAULT_POLICY if DEFAULT_POLICY in policies() else BASELINE
     stream = make_stream(pods, seed)
@@ -479,20 +627,21 @@ def run_demo(
         "score     EffBW (GB/s, gputopo-v1)",
     ]
     runs = [run_stream(main_policy, nodes, stream, port=port, echo=echo, header=header,
-                       reference=main_policy)]
-    if main_policy != BASELINE:
+                       reference=main_policy, label=main_policy)]
+    others = [(DEFAULT_STACK, "least-allocated", "default stack"),
+              (BASELINE, "least-allocated", "lowest index")]
+    for policy, choice, label in others:
+        if policy == main_policy or policy not in policies():
+            continue
         echo("")
-        echo(f"Replaying the same stream with '{BASELINE}' (lowest free GPU indices) ...")
-        runs.append(run_stream(BASELINE, nodes, stream, echo=None, reference=main_policy))
+        echo(f"Replaying the same stream with {label} ({policy}, nodes {choice}) ...")
+        runs.append(run_stream(policy, nodes, stream, echo=None, reference=main_policy,
+                               node_choice=choice, label=label))
     for line in summary(runs):
         echo(line)
-    if len(runs) == 2:
-        a = [p.effbw_gputopo for p in runs[0].placements if p.pod.sensitive and p.pod.gpus >= 2]
-        b = [p.effbw_gputopo for p in runs[1].placements if p.pod.sensitive and p.pod.gpus >= 2]
-        if a and b:
-            gain = (np.median(a) / np.median(b) - 1) * 100 if np.median(b) > 0 else float("nan")
-            echo("")
-            echo(f"Median predicted EffBW of sensitive multi-GPU jobs: {np.median(a):.1f} GB/s "
-                 f"with {runs[0].policy} vs {np.median(b):.1f} GB/s with {BASELINE} "
-                 f"({gain:+.0f}%).")
+    closing = headline(runs)
+    if closing:
+        echo("")
+        for part in textwrap.wrap(closing, 100):
+            echo(part)
     return runs
