@@ -44,7 +44,7 @@ from gpunode.publish import (
 from topology.contract import RESOURCE_VGPU_MEMORY
 from topology.model import Topology, TopologyError
 from topology.numa_alignment import KubeletConfig, KubeletConfigError
-from topology.sources import unknown_memory
+from topology.sources import describe_memory, unknown_memory
 
 log = logging.getLogger("device_plugin")
 
@@ -85,6 +85,7 @@ def open_nvml(settings: DevicePluginSettings) -> tuple[Any, Topology]:
             settings.fake_topology,
             node_name=settings.node_name,
             gpu_memory_mib=settings.gpu_memory_mib,
+            gpu_model=settings.gpu_model,
         )
     except (TopologyError, OSError) as exc:
         raise PluginError(str(exc)) from None
@@ -279,6 +280,8 @@ class DevicePlugin:
         except OSError as exc:
             self.stop()
             raise PluginError(str(exc)) from None
+        log.info("%s", describe_memory(s.fake_topology, self.topology,
+                                       gpu_memory_mib=s.gpu_memory_mib, gpu_model=s.gpu_model))
         notice = memory_notice(self.topology, s)
         if notice:
             log.warning("%s", notice)

@@ -53,6 +53,9 @@ class DevicePluginSettings(FileBackedSettings):
             and the catalog does not know for their model (a ``nvidia-smi topo -m`` text
             names neither). Unset and unknown: ``gputopo.io/vgpu-memory`` is not advertised
             (said at start-up).
+        gpu_model: the catalog GPU model (``Tesla V100-SXM2-16GB``) of GPUs the source names
+            none for (a ``nvidia-smi topo -m`` text): they get its name and the catalog's
+            memory for it. Where memory comes from is said at start-up.
         metrics_port: Prometheus ``/metrics`` port on all interfaces; 0 disables it.
         metrics_host: address the metrics endpoint binds.
         vgpu_memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device (pods request memory
@@ -123,6 +126,7 @@ class DevicePluginSettings(FileBackedSettings):
     kubeconfig: Path | None = None
     fake_topology: str | None = None
     gpu_memory_mib: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
+    gpu_model: str | None = None
     metrics_port: Annotated[int, Field(ge=0, le=65535)] = DEFAULT_METRICS_PORT
     metrics_host: str = "0.0.0.0"
     vgpu_memory_unit_mib: Annotated[int, Field(ge=1, le=1 << 20)] = DEFAULT_VGPU_MEMORY_UNIT_MIB

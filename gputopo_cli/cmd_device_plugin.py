@@ -50,6 +50,10 @@ def register(app: typer.Typer) -> None:
                 "gputopo.io/vgpu-memory"
             ),
         ] = None,
+        gpu_model: Annotated[
+            str | None,
+            typer.Option(help="catalog GPU model (e.g. 'Tesla V100-SXM2-16GB') of GPUs the topology source names none for (a `nvidia-smi topo -m` text): its name and memory are used"),
+        ] = None,
         metrics_port: Annotated[
             str | None, typer.Option(help="Prometheus port, 0 = off (default: 9445)")
         ] = None,
@@ -172,6 +176,7 @@ def register(app: typer.Typer) -> None:
             "kubeconfig": kubeconfig,
             "fake_topology": fake_topology,
             "gpu_memory_mib": gpu_memory_mib,
+            "gpu_model": gpu_model,
             "health_recovery_s": health_recovery,
             "health_probe_interval_s": health_probe_interval,
             "metrics_port": metrics_port,

@@ -55,34 +55,44 @@ def register(app: typer.Typer) -> None:
         src: Annotated[str, typer.Argument(help="catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output")],
         output: Annotated[str, typer.Option("--output", "-o", help="table | json (json = exactly the gputopo.io/topology annotation)")] = "table",
         gpu_memory_mib: Annotated[int | None, typer.Option(help="MiB of GPUs whose memory the source does not give and the catalog does not know (as the device plugin's --gpu-memory-mib)")] = None,
+        gpu_model: Annotated[str | None, typer.Option(help="catalog GPU model of GPUs the source names none for (a `nvidia-smi topo -m` text), e.g. 'Tesla V100-SXM2-16GB': its name and memory are used (as the device plugin's --gpu-model)")] = None,
     ) -> None:
         """Print the model and the Gaia access-cost tree (or the annotation JSON: exactly what
         `gputopo device-plugin --fake-topology SRC` publishes)."""
         from topology.serialization import dumps
-        from topology.sources import load_topology
+        from topology.sources import describe_memory, load_topology
 
         if output not in ("json", "table"):
             fail(f"--output must be json or table, got {output!r}")
         if gpu_memory_mib is not None and gpu_memory_mib <= 0:
             fail(f"--gpu-memory-mib must be a positive number of MiB, got {gpu_memory_mib}")
         try:
-            topo = load_topology(src, gpu_memory_mib=gpu_memory_mib)
+            topo = load_topology(src, gpu_memory_mib=gpu_memory_mib, gpu_model=gpu_model)
         except (TopologyError, OSError) as exc:
             fail(str(exc))
+        memory = describe_memory(src, topo, gpu_memory_mib=gpu_memory_mib, gpu_model=gpu_model)
         if output == "json":
             typer.echo(dumps(topo))
+            typer.echo(memory, err=True)
             return
         from topology.policies.gaia import AccessCostTree
 
         typer.echo(render_model(topo))
+        typer.echo(memory)
         typer.echo("\naccess-cost tree (Gaia §III-B):")
         typer.echo(AccessCostTree.build(topo).render())
 
     @group.command("list")
-    def list_() -> None:
-        """List the catalog machines."""
+    def list_(
+        models: Annotated[bool, typer.Option("--models", help="list the catalog's GPU models and their memory instead (the values --gpu-model takes)")] = False,
+    ) -> None:
+        """List the catalog machines (or, with --models, GPU models)."""
         from topology import catalog
 
+        if models:
+            for model, mib in sorted(catalog.gpu_models().items()):
+                typer.echo(f"{model:<28} {mib} MiB")
+            return
         for name in catalog.names():
             typer.echo(f"{name:<20} {catalog.describe(name)}")
 

@@ -24,10 +24,15 @@ what a source may not say and a driver always does:
   number goes up if a given bus id already holds that address). Given bus ids
   are normalised (``DDDD:BB:DD.F``, upper-case hex); two GPUs with the same bus id, or text
   that is not a bus id, is an error.
-* **GPU memory** (MiB; 0 in the model means unknown): from the source; else from the GPU
-  model via the catalog (:func:`topology.catalog.gpu_memory_mib`); else ``gpu_memory_mib``
-  (the CLI's and the device plugin's ``--gpu-memory-mib``); else it stays unknown (0), and the
-  device plugin then does not advertise ``gputopo.io/vgpu-memory``.
+* **GPU model and memory** (MiB; 0 in the model means unknown): the memory from the source;
+  else from the GPU model via the catalog (:func:`topology.catalog.gpu_memory_mib`) — the model
+  the source names, or, for GPUs it names none for (a ``nvidia-smi topo -m`` text),
+  ``gpu_model`` (the CLI's, the device plugin's and the DRA driver's ``--gpu-model``, a catalog
+  model: those GPUs then also carry its name); else ``gpu_memory_mib`` (``--gpu-memory-mib``);
+  else it stays unknown (0), and the device plugin then does not advertise
+  ``gputopo.io/vgpu-memory`` nor the DRA driver a ``memory`` capacity.
+  :func:`describe_memory` says which was used (``gputopo topology show`` prints it, the node
+  programs log it at start-up).
 * **A machine without NVLink** has NVLink generation 2 (the model's default) and no
   NVSwitch: NVML cannot report a generation or a switch without links, and neither changes
   any bandwidth there.
@@ -44,7 +49,7 @@ import yaml
 
 from topology import catalog, nvidia_smi, serialization
 from topology.discovery.nvml import DEFAULT_NVLINK_GENERATION, normalize_bus_id
-from topology.model import GPU, Topology, TopologyError
+from topology.model import GPU, Topology, TopologyError, format_cpu_list
 
 #: Refuse files larger than this (bytes): topology files are a few KiB.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -91,30 +96,74 @@ def _bus_ids(gpus: tuple[GPU, ...]) -> list[str]:
     return out
 
 
-def complete(topology: Topology, *, gpu_memory_mib: int | None = None) -> Topology:
-    """``topology`` with every GPU's PCI bus id and, where it can be known, memory filled in
-    (rules in the module docstring). A complete topology comes back equal (``==``) and with
-    the same name.
+def catalog_model(model: str) -> str:
+    """The catalog's spelling of the GPU model ``model`` (case and spacing ignored).
+
+    Raises:
+        TopologyError: no catalog machine has that model (the message lists the models).
+    """
+    wanted = " ".join(model.split()).lower()
+    for name in catalog.gpu_models():
+        if " ".join(name.split()).lower() == wanted:
+            return name
+    raise TopologyError(f"unknown GPU model {model!r}; the catalog knows "
+                        f"{', '.join(sorted(catalog.gpu_models()))}")
+
+
+def memory_origins(
+    topology: Topology, *, gpu_memory_mib: int | None = None, gpu_model: str | None = None
+) -> list[str]:
+    """Where :func:`complete` takes each GPU's memory from, for ``topology`` as read from its
+    source (before :func:`complete`): ``source`` (the source gives it), ``catalog:<model>``
+    (the catalog's entry for the model the source names), ``model:<model>`` (the catalog's
+    entry for ``gpu_model``, the source naming none), ``flag`` (``gpu_memory_mib``) or
+    ``unknown``."""
+    model = catalog_model(gpu_model) if gpu_model else ""
+    out = []
+    for g in topology.gpus:
+        name = g.name or model
+        if g.memory_mib > 0:
+            out.append("source")
+        elif catalog.gpu_memory_mib(name):
+            out.append(f"{'catalog' if g.name else 'model'}:{catalog_model(name)}")
+        elif gpu_memory_mib:
+            out.append("flag")
+        else:
+            out.append("unknown")
+    return out
+
+
+def complete(
+    topology: Topology, *, gpu_memory_mib: int | None = None, gpu_model: str | None = None
+) -> Topology:
+    """``topology`` with every GPU's PCI bus id and, where it can be known, its model and
+    memory filled in (rules in the module docstring). A complete topology comes back equal
+    (``==``) and with the same name.
 
     Args:
         topology: the model read from a source (or discovered through NVML).
         gpu_memory_mib: framebuffer size, MiB, for GPUs whose memory neither the source nor
             the catalog knows; None leaves them unknown (0).
+        gpu_model: a catalog GPU model (``Tesla V100-SXM2-16GB``) for GPUs the source names
+            no model for (a ``nvidia-smi topo -m`` text): they get that name, and their
+            memory from the catalog's entry.
 
     Raises:
-        TopologyError: a bus id is not one, two GPUs share a bus id, or ``gpu_memory_mib`` is
-            not positive.
+        TopologyError: a bus id is not one, two GPUs share a bus id, ``gpu_memory_mib`` is
+            not positive, or ``gpu_model`` is not a catalog model.
     """
     if gpu_memory_mib is not None and gpu_memory_mib <= 0:
         raise TopologyError(f"GPU memory must be a positive number of MiB, got {gpu_memory_mib}")
+    model = catalog_model(gpu_model) if gpu_model else ""
     buses = _bus_ids(topology.gpus)
     gpus: list[GPU] = []
     for g, bus in zip(topology.gpus, buses, strict=True):
         memory = g.memory_mib
+        name = g.name or model
         if memory <= 0:
-            memory = catalog.gpu_memory_mib(g.name) or gpu_memory_mib or 0
-        if bus != g.pci_bus_id or memory != g.memory_mib:
-            g = replace(g, pci_bus_id=bus, memory_mib=memory)
+            memory = catalog.gpu_memory_mib(name) or gpu_memory_mib or 0
+        if bus != g.pci_bus_id or memory != g.memory_mib or name != g.name:
+            g = replace(g, pci_bus_id=bus, memory_mib=memory, name=name)
         gpus.append(g)
     generation, nvswitch = topology.nvlink_generation, topology.nvswitch
     if not any(lk.nvlinks for row in topology.links for lk in row):
@@ -131,28 +180,83 @@ def unknown_memory(topology: Topology) -> list[int]:
     return [g.index for g in topology.gpus if g.memory_mib <= 0]
 
 
-def load_topology(src: str, *, gpu_memory_mib: int | None = None) -> Topology:
+def load_topology(
+    src: str, *, gpu_memory_mib: int | None = None, gpu_model: str | None = None
+) -> Topology:
     """Resolve ``src`` (catalog name or file path) to a complete :class:`Topology`.
 
     A catalog name wins over a file of the same name in the working directory. An
     ``nvidia-smi`` text is named after the file (its stem), which also seeds the GPUs'
-    deterministic UUIDs. The result has gone through :func:`complete` (bus ids, memory).
+    deterministic UUIDs. The result has gone through :func:`complete` (bus ids, model,
+    memory).
 
     Args:
         src: catalog name or file path.
         gpu_memory_mib: memory, MiB, for GPUs whose memory the source and the catalog do
             not know (see :func:`complete`).
+        gpu_model: the catalog GPU model of GPUs the source names none for.
 
     Raises:
         TopologyError: one line: an unknown name (listing the catalog), a missing or
             unreadable file, a file that is none of the accepted formats, the
-            format-specific error of a malformed document, or a bad bus id.
+            format-specific error of a malformed document, a bad bus id, or an unknown
+            ``gpu_model``.
+    """
+    topology = read_topology(src)
+    try:
+        return complete(topology, gpu_memory_mib=gpu_memory_mib, gpu_model=gpu_model)
+    except TopologyError as exc:
+        if src.strip().lower() in catalog.names():
+            raise
+        raise TopologyError(f"{src.strip()}: {exc}") from None
+
+
+def describe_memory(
+    src: str | None, topology: Topology, *, gpu_memory_mib: int | None = None,
+    gpu_model: str | None = None,
+) -> str:
+    """One line saying where the GPUs' memory of ``topology`` (complete, from ``src``; None
+    = NVML) came from, e.g. ``GPU memory: 16160 MiB for GPUs 0-7 from the catalog's Tesla
+    V100-SXM2-16GB entry (--gpu-model)``; what ``gputopo topology show``, the device plugin
+    and the DRA driver print."""
+    if src is None:
+        origins = ["source" if g.memory_mib > 0 else "unknown" for g in topology.gpus]
+    else:
+        try:
+            origins = memory_origins(read_topology(src), gpu_memory_mib=gpu_memory_mib,
+                                     gpu_model=gpu_model)
+        except TopologyError:
+            origins = ["source" if g.memory_mib > 0 else "unknown" for g in topology.gpus]
+    where = src or "NVML"
+    groups: dict[tuple[str, int], list[int]] = {}
+    for g, origin in zip(topology.gpus, origins, strict=True):
+        groups.setdefault((origin, g.memory_mib), []).append(g.index)
+    parts = []
+    for (origin, mib), idx in groups.items():
+        gpus = f"GPU{'s' if len(idx) > 1 else ''} {format_cpu_list(idx)}"
+        kind, _, model = origin.partition(":")
+        if kind == "unknown":
+            parts.append(f"unknown for {gpus} ({where} gives none and names no catalog model; "
+                         "set --gpu-memory-mib or --gpu-model)")
+            continue
+        how = {"source": f"from {where}", "flag": "from --gpu-memory-mib",
+               "catalog": f"from the catalog's {model} entry",
+               "model": f"from the catalog's {model} entry (--gpu-model)"}[kind]
+        parts.append(f"{mib} MiB for {gpus} {how}")
+    return "GPU memory: " + "; ".join(parts)
+
+
+def read_topology(src: str) -> Topology:
+    """The topology ``src`` describes, as read (before :func:`complete`).
+
+    Raises:
+        TopologyError: as :func:`load_topology`.
     """
     src = src.strip()
     if not src:
         raise TopologyError("empty topology source; give a catalog name or a file path")
     if src.lower() in catalog.names():
-        return complete(catalog.get(src), gpu_memory_mib=gpu_memory_mib)
+        return catalog.get(src)
     path = Path(src).expanduser()
     if not path.exists():
         if _looks_like_path(src):
@@ -171,11 +275,7 @@ def load_topology(src: str, *, gpu_memory_mib: int | None = None) -> Topology:
         raise TopologyError(f"topology file {src} is not UTF-8 text") from None
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {src}: {exc.strerror or exc}") from None
-    topology = load_topology_text(text, name=path.stem, origin=src)
-    try:
-        return complete(topology, gpu_memory_mib=gpu_memory_mib)
-    except TopologyError as exc:
-        raise TopologyError(f"{src}: {exc}") from None
+    return load_topology_text(text, name=path.stem, origin=src)
 
 
 def load_topology_text(text: str, *, name: str = "topology", origin: str = "<text>") -> Topology:

@@ -12,7 +12,7 @@ import yaml
 from topology import catalog, serialization
 from topology.model import TopologyError
 from topology.nvidia_smi import render_topo_matrix
-from topology.sources import load_topology, load_topology_text
+from topology.sources import describe_memory, load_topology, load_topology_text
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 
@@ -152,3 +152,43 @@ def test_load_topology_text_directly() -> None:
     text = render_topo_matrix(catalog.get("summit"))
     t = load_topology_text(text, name="n1")
     assert t.name == "n1" and t.size == 6
+
+
+# --- GPU model and memory of a source that names neither (issue 21, "found on the way") -------
+def test_a_topo_m_text_takes_its_model_from_the_catalog() -> None:
+    src = str(FIXTURES / "dgx1-v100-driver375.txt")
+    plain = load_topology(src)
+    assert {g.memory_mib for g in plain.gpus} == {0}
+    t = load_topology(src, gpu_model="tesla v100-sxm2-16gb")  # case and spacing ignored
+    assert {(g.name, g.memory_mib) for g in t.gpus} == {("Tesla V100-SXM2-16GB", 16160)}
+    assert t.links == plain.links
+    assert describe_memory(src, t, gpu_model="tesla v100-sxm2-16gb") == (
+        "GPU memory: 16160 MiB for GPUs 0-7 from the catalog's Tesla V100-SXM2-16GB entry "
+        "(--gpu-model)")
+
+
+def test_which_memory_is_used_is_said() -> None:
+    src = str(FIXTURES / "dgx1-v100-driver375.txt")
+    flag = load_topology(src, gpu_memory_mib=32510)
+    assert describe_memory(src, flag, gpu_memory_mib=32510) == (
+        "GPU memory: 32510 MiB for GPUs 0-7 from --gpu-memory-mib")
+    # the catalog's model wins over the flag, as the model names the memory exactly
+    both = load_topology(src, gpu_memory_mib=32510, gpu_model="Tesla P4")
+    assert {g.memory_mib for g in both.gpus} == {7611}
+    unknown = load_topology(src)
+    assert describe_memory(src, unknown).startswith("GPU memory: unknown for GPUs 0-7 (")
+    assert describe_memory("dgx1-v100", load_topology("dgx1-v100")) == (
+        "GPU memory: 16160 MiB for GPUs 0-7 from dgx1-v100")
+    assert describe_memory(None, load_topology("dgx1-v100")) == (
+        "GPU memory: 16160 MiB for GPUs 0-7 from NVML")
+
+
+def test_an_unknown_model_lists_the_catalogs() -> None:
+    with pytest.raises(TopologyError, match="unknown GPU model 'RTX 9090'; the catalog knows"):
+        load_topology(str(FIXTURES / "dgx1-v100-driver375.txt"), gpu_model="RTX 9090")
+
+
+def test_a_named_source_keeps_its_name() -> None:
+    """--gpu-model fills in only GPUs the source names no model for."""
+    t = load_topology("dgx-a100", gpu_model="Tesla T4")
+    assert {g.name for g in t.gpus} == {"NVIDIA A100-SXM4-40GB"}

@@ -85,6 +85,7 @@ def open_node_gpus(
     *,
     node_name: str = "",
     gpu_memory_mib: int | None = None,
+    gpu_model: str | None = None,
     nvml: Any = None,
 ) -> NodeGPUs:
     """Open the node's GPUs: the driver, or a fake NVML impersonating ``fake_topology``.
@@ -95,6 +96,7 @@ def open_node_gpus(
             keeps its source's name.
         gpu_memory_mib: memory, MiB, for GPUs whose memory neither the source nor the catalog
             knows (:func:`topology.sources.complete`).
+        gpu_model: the catalog GPU model of GPUs the source names none for.
         nvml: the binding for a real node (default ``pynvml``); ignored with a fake topology.
 
     Returns:
@@ -108,7 +110,8 @@ def open_node_gpus(
     if fake_topology:
         from topology.discovery.fake_nvml import FakeNVML
 
-        source = load_topology(fake_topology, gpu_memory_mib=gpu_memory_mib)
+        source = load_topology(fake_topology, gpu_memory_mib=gpu_memory_mib,
+                               gpu_model=gpu_model)
         fake = FakeNVML(source)
         found = discover(fake).with_bandwidths(source.bandwidths)
         problem = first_difference(source, found)
@@ -123,6 +126,7 @@ def open_node_gpus(
         nvml = pynvml
     found = discover(nvml, name=node_name)
     try:
-        return NodeGPUs(nvml, complete(found, gpu_memory_mib=gpu_memory_mib), None)
+        return NodeGPUs(nvml, complete(found, gpu_memory_mib=gpu_memory_mib,
+                                       gpu_model=gpu_model), None)
     except TopologyError as exc:
         raise DiscoveryError(f"NVML answers do not form a valid topology: {exc}") from None
