@@ -25,6 +25,7 @@ app = typer.Typer(
 
 COMMAND_MODULES = (
     "gputopo_cli.cmd_device_plugin",
+    "gputopo_cli.cmd_dra_driver",
     "gputopo_cli.cmd_extender",
     "gputopo_cli.cmd_place",
     "gputopo_cli.cmd_topology",

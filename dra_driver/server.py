@@ -1,0 +1,238 @@
+"""The kubelet-facing gRPC: the DRA service (``v1`` and ``v1beta1`` on one socket) and the
+plugin-registration service on the registration socket.
+
+How a 1.36 kubelet finds and talks to the plugin (``pkg/kubelet/pluginmanager``,
+``pkg/kubelet/cm/dra/plugin``): its plugin watcher sees ``<registry dir>/gpu.gputopo.io-reg.sock``
+appear, calls ``Registration.GetInfo`` there, and gets :func:`plugin_info`: type
+``DRAPlugin``, name ``gpu.gputopo.io``, the DRA socket's path as ``endpoint`` and the gRPC
+services in ``supported_versions`` (``v1.DRAPlugin``, ``v1beta1.DRAPlugin``; the kubelet
+takes the first one it also speaks). It dials the endpoint, answers
+``NotifyRegistrationStatus``, and from then on calls ``NodePrepareResources`` /
+``NodeUnprepareResources`` of the chosen service for the claims of the pods it starts and
+stops. Both services are thin: every claim goes to :class:`~dra_driver.prepare.Preparer`.
+
+:class:`SocketServer` serves one unix socket and can be restarted; :class:`SocketWatcher`
+restarts a server whose socket file was removed or replaced (a kubelet or node cleanup), as
+the device plugin's watcher does for its sockets.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Sequence
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from dra_driver.api import DRA_PLUGIN_TYPE, DRA_SERVICES
+from dra_driver.api import dra_v1_pb2 as v1
+from dra_driver.api import dra_v1_pb2_grpc as v1_grpc
+from dra_driver.api import dra_v1beta1_pb2 as v1beta1
+from dra_driver.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
+from dra_driver.api import pluginregistration_pb2 as reg
+from dra_driver.api import pluginregistration_pb2_grpc as reg_grpc
+from dra_driver.prepare import PreparedDevice, Preparer
+from topology.dra import DRIVER
+
+log = logging.getLogger(__name__)
+
+
+def plugin_info(endpoint: Path) -> reg.PluginInfo:
+    """What ``GetInfo`` answers: a DRA plugin named :data:`~topology.dra.DRIVER` at
+    ``endpoint`` speaking :data:`~dra_driver.api.DRA_SERVICES`."""
+    return reg.PluginInfo(type=DRA_PLUGIN_TYPE, name=DRIVER, endpoint=str(endpoint),
+                          supported_versions=list(DRA_SERVICES))
+
+
+class RegistrationServicer(reg_grpc.RegistrationServicer):
+    """``pluginregistration.Registration``: tells the kubelet who we are, hears whether it
+    took us."""
+
+    def __init__(self, endpoint: Path) -> None:
+        self.endpoint = endpoint
+        self.registered = threading.Event()
+        self.last_error = ""
+
+    def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
+        return plugin_info(self.endpoint)
+
+    def NotifyRegistrationStatus(
+        self, request: reg.RegistrationStatus, context: grpc.ServicerContext
+    ) -> reg.RegistrationStatusResponse:
+        if request.plugin_registered:
+            self.last_error = ""
+            self.registered.set()
+            log.info("registered with the kubelet as DRA driver %s (%s)", DRIVER, self.endpoint)
+        else:
+            self.last_error = request.error
+            self.registered.clear()
+            log.error("the kubelet refused the registration of %s: %s", DRIVER, request.error)
+        return reg.RegistrationStatusResponse()
+
+
+def _v1_devices(devices: Sequence[PreparedDevice]) -> list[v1.Device]:
+    return [v1.Device(request_names=list(d.request_names), pool_name=d.pool,
+                      device_name=d.device, cdi_device_ids=list(d.cdi_device_ids),
+                      share_id=d.share_id)
+            for d in devices]
+
+
+def _v1beta1_devices(devices: Sequence[PreparedDevice]) -> list[v1beta1.Device]:
+    # v1beta1 has no share_id: a share's device is named by pool and device alone there
+    return [v1beta1.Device(request_names=list(d.request_names), pool_name=d.pool,
+                           device_name=d.device, cdi_device_ids=list(d.cdi_device_ids))
+            for d in devices]
+
+
+class DRAPluginV1Servicer(v1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin``."""
+
+    def __init__(self, preparer: Preparer) -> None:
+        self.preparer = preparer
+
+    def NodePrepareResources(self, request: v1.NodePrepareResourcesRequest,
+                             context: grpc.ServicerContext) -> v1.NodePrepareResourcesResponse:
+        out = v1.NodePrepareResourcesResponse()
+        for c in request.claims:
+            r = self.preparer.prepare(c.uid, c.namespace, c.name)
+            out.claims[c.uid].CopyFrom(v1.NodePrepareResourceResponse(
+                devices=_v1_devices(r.devices), error=r.error))
+        return out
+
+    def NodeUnprepareResources(self, request: v1.NodeUnprepareResourcesRequest,
+                               context: grpc.ServicerContext
+                               ) -> v1.NodeUnprepareResourcesResponse:
+        out = v1.NodeUnprepareResourcesResponse()
+        for c in request.claims:
+            out.claims[c.uid].CopyFrom(v1.NodeUnprepareResourceResponse(
+                error=self.preparer.unprepare(c.uid, c.namespace, c.name)))
+        return out
+
+
+class DRAPluginV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` (same answers, no share IDs)."""
+
+    def __init__(self, preparer: Preparer) -> None:
+        self.preparer = preparer
+
+    def NodePrepareResources(self, request: v1beta1.NodePrepareResourcesRequest,
+                             context: grpc.ServicerContext
+                             ) -> v1beta1.NodePrepareResourcesResponse:
+        out = v1beta1.NodePrepareResourcesResponse()
+        for c in request.claims:
+            r = self.preparer.prepare(c.uid, c.namespace, c.name)
+            out.claims[c.uid].CopyFrom(v1beta1.NodePrepareResourceResponse(
+                devices=_v1beta1_devices(r.devices), error=r.error))
+        return out
+
+    def NodeUnprepareResources(self, request: v1beta1.NodeUnprepareResourcesRequest,
+                               context: grpc.ServicerContext
+                               ) -> v1beta1.NodeUnprepareResourcesResponse:
+        out = v1beta1.NodeUnprepareResourcesResponse()
+        for c in request.claims:
+            out.claims[c.uid].CopyFrom(v1beta1.NodeUnprepareResourceResponse(
+                error=self.preparer.unprepare(c.uid, c.namespace, c.name)))
+        return out
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+class SocketServer:
+    """A gRPC server on one unix socket; restartable.
+
+    Args:
+        path: the socket file.
+        add: registers the servicers on a new ``grpc.Server``.
+        name: for logs and thread names.
+    """
+
+    def __init__(self, path: Path, add: Callable[[grpc.Server], None], name: str,
+                 max_workers: int = 4) -> None:
+        self.path = path
+        self.add = add
+        self.name = name
+        self.max_workers = max_workers
+        self._server: Any = None
+        self._inode: int | None = None
+
+    def start(self) -> None:
+        """(Re)create the socket and serve on it.
+
+        Raises:
+            OSError: the socket cannot be created.
+        """
+        self.stop()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
+                                                        thread_name_prefix=self.name))
+        self.add(server)
+        if server.add_insecure_port(f"unix://{self.path}") == 0:
+            raise OSError(f"cannot listen on {self.path}")
+        server.start()
+        self._server = server
+        self._inode = _inode(self.path)
+        log.info("serving %s on %s", self.name, self.path)
+
+    def alive(self) -> bool:
+        """Serving, and the socket file is still the one it created."""
+        return self._server is not None and _inode(self.path) == self._inode
+
+    def stop(self, grace: float = 0.5) -> None:
+        """Stop serving and remove the socket (if it is still ours)."""
+        if self._server is None:
+            return
+        self._server.stop(grace).wait(grace + 1)
+        self._server = None
+        if _inode(self.path) == self._inode:
+            try:
+                self.path.unlink()
+            except FileNotFoundError:
+                pass
+        self._inode = None
+
+
+class SocketWatcher:
+    """Restarts servers whose socket was removed or replaced, every ``interval_s``."""
+
+    def __init__(self, servers: Sequence[SocketServer], interval_s: float = 1.0) -> None:
+        self.servers = list(servers)
+        self.interval_s = interval_s
+        self.restarts = 0
+
+    def check(self) -> None:
+        """One poll."""
+        # the DRA socket before the registration socket: the kubelet dials the endpoint as
+        # soon as it sees the registration socket
+        for s in self.servers:
+            if not s.alive():
+                log.warning("socket %s is gone: restarting %s", s.path, s.name)
+                try:
+                    s.start()
+                    self.restarts += 1
+                except OSError as exc:
+                    log.error("restarting %s: %s", s.name, exc)
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until ``stop`` is set."""
+        while not stop.wait(self.interval_s):
+            self.check()
+
+    def start(self, stop: threading.Event) -> threading.Thread:
+        """:meth:`run` in a daemon thread."""
+        t = threading.Thread(target=self.run, args=(stop,), name="gputopo-dra-sockets",
+                             daemon=True)
+        t.start()
+        return t
