@@ -3,7 +3,7 @@ gRPC stubs: registration (pluginregistration v1, DRAPlugin), NodePrepareResource
 spec with exactly the allocated UUIDs, NodeUnprepareResources, a crash and restart with the
 checkpoint (nothing lost, nothing prepared twice), both DRA API versions, and an unhealthy GPU
 leaving the published slices. Claims, slices and the Node come from / go to files here (the
-test-only sinks); tests/dra_driver/test_apiserver.py does the same against kube-apiserver.
+test-only sinks); tests/dra_driver/test_dra_apiserver.py does the same against kube-apiserver.
 """
 
 from __future__ import annotations
