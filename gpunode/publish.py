@@ -179,7 +179,7 @@ class MemoryNodePublisher:
 
 class PublishLoop:
     """Publishes at start, every ``interval_s``, and when :meth:`kick` is called (health
-    changes). Failures are logged and retried at the next tick."""
+    changes). Failures are logged and retried after at most 2 s."""
 
     def __init__(
         self,
@@ -223,8 +223,9 @@ class PublishLoop:
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set."""
         while not stop.is_set():
-            self.publish_once()
-            self._kick.wait(self.interval_s)
+            ok = self.publish_once()
+            # a failure (API down, Node not created yet) is retried within seconds
+            self._kick.wait(self.interval_s if ok else min(self.interval_s, 2.0))
             self._kick.clear()
 
     def start(self, stop: threading.Event) -> threading.Thread:
