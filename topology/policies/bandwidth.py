@@ -112,6 +112,22 @@ def effbw_gputopo(weights: Sequence[float]) -> float:
     return float(GPUTOPO_SCALE * (m**GPUTOPO_BETA) * s ** (1.0 / GPUTOPO_P))
 
 
+def effbw_bottleneck(weights: Sequence[float]) -> float:
+    """Bottleneck-link predicted effective bandwidth of a matched pattern, GB/s: the slowest
+    of the pattern's edges.
+
+    A ring all-reduce moves every byte over every edge of the ring in turn, so each step
+    waits for its slowest link (NCCL's ring bus bandwidth is bounded by the ring's slowest
+    hop); this model prices a pattern by that link alone. It is the pessimistic end of the
+    project's models: gputopo-v1 leans toward the slowest link, this one *is* the slowest
+    link. Monotone; a pattern with no edge (a 1-GPU job) scores 0.
+
+    Args:
+        weights: GB/s of each pattern edge.
+    """
+    return float(min(weights)) if len(weights) else 0.0
+
+
 def aggregated_bandwidth(topology: Topology, edges: Sequence[tuple[int, int]]) -> float:
     """MAPA AggBW (§3.4.1, Eq. 1): sum of hardware-edge bandwidths over ``edges``, GB/s."""
     bw = topology.bandwidth_matrix

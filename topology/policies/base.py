@@ -293,6 +293,49 @@ def add_resident(usage: dict[int, GPUUsage], gpu: int, resident: Resident, *,
 
 
 @dataclass(frozen=True)
+class Upcoming:
+    """A job waiting behind the one being placed (a pending GPU pod the extender watches, a
+    queued job of the simulator): what the lookahead of the default policy weighs.
+
+    Attributes:
+        count: whole GPUs it asks for (>= 1).
+        pattern: its communication pattern graph (None = all-to-all of ``count``).
+        sensitive: ``gputopo.io/bandwidth-sensitive`` (the default: true for several GPUs).
+    """
+
+    count: int
+    pattern: Pattern | None = None
+    sensitive: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.count <= MAX_GPUS_PER_REQUEST:
+            raise RequestError(f"an upcoming job asks for {self.count} GPUs; it must ask for "
+                               f"1-{MAX_GPUS_PER_REQUEST}")
+        if self.pattern is not None and self.pattern.size != self.count:
+            raise RequestError(f"an upcoming job's pattern has {self.pattern.size} GPUs but "
+                               f"it asks for {self.count}")
+
+    def effective_pattern(self) -> Pattern:
+        """The pattern graph (all-to-all of ``count`` GPUs when none was given)."""
+        from topology.patterns import all_to_all
+
+        return self.pattern if self.pattern is not None else all_to_all(self.count)
+
+    @property
+    def measured(self) -> bool:
+        """Several GPUs and bandwidth sensitive: a job whose EffBW the lookahead prices."""
+        return self.sensitive and self.count > 1
+
+    def key(self) -> tuple[object, ...]:
+        """Hashable canonical form (for caches)."""
+        return (self.count, self.effective_pattern().key(), self.sensitive)
+
+
+#: Most upcoming jobs a request may carry (the lookahead is linear in them).
+MAX_UPCOMING = 8
+
+
+@dataclass(frozen=True)
 class Request:
     """What a pod asks for.
 
@@ -316,6 +359,11 @@ class Request:
             interference ignore it.
         shared: for a co-location slot (``gputopo.io/gpu-shared``), the job's profile and
             settings; then ``count`` is 1 and only co-location policies place it.
+        upcoming: the whole-GPU jobs waiting behind this one that could land on the same
+            node, in the order they will be placed (at most :data:`MAX_UPCOMING`): data for
+            the default policy's lookahead (:mod:`topology.policies.robust`), which the
+            caller (the extender's pending-pod view, the simulator's queue) fills in; other
+            policies ignore it.
     """
 
     count: int = 1
@@ -326,8 +374,12 @@ class Request:
     min_utility: float | None = None
     profile: str | None = None
     shared: SharedRequest | None = None
+    upcoming: tuple[Upcoming, ...] = ()
 
     def __post_init__(self) -> None:
+        if len(self.upcoming) > MAX_UPCOMING:
+            raise RequestError(f"{len(self.upcoming)} upcoming jobs; the lookahead takes at "
+                               f"most {MAX_UPCOMING}")
         if self.count < 0:
             raise RequestError("GPU count must not be negative")
         if self.count > MAX_GPUS_PER_REQUEST:
@@ -391,6 +443,7 @@ class Request:
             self.count, self.core_percent, self.memory_mib, p, self.sensitive,
             self.min_utility, self.profile,
             self.shared.key() if self.shared is not None else None,
+            tuple(u.key() for u in self.upcoming),
         )  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from topology.policies.bandwidth import (
     aggregated_bandwidth,
     all_pairs,
     count_links,
+    effbw_bottleneck,
     effbw_gputopo,
     effbw_mapa,
     preserved_bandwidth,
@@ -27,6 +28,9 @@ from topology.policies.base import (
 
 MODEL_MAPA = "mapa-eq2"
 MODEL_GPUTOPO = "gputopo-v1"
+MODEL_BOTTLENECK = "bottleneck"
+#: Every EffBW model the project has (:func:`effective_bandwidth`).
+MODELS = (MODEL_GPUTOPO, MODEL_MAPA, MODEL_BOTTLENECK)
 
 
 def mapped_edges(pattern: Pattern, mapping: Sequence[int]) -> list[tuple[int, int]]:
@@ -37,15 +41,24 @@ def mapped_edges(pattern: Pattern, mapping: Sequence[int]) -> list[tuple[int, in
 def effective_bandwidth(topology: Topology, edges: Sequence[tuple[int, int]], model: str) -> float:
     """Predicted EffBW (GB/s) of the matched pattern edges under ``model``.
 
-    ``mapa-eq2``: MAPA Eq. 2 on the (x, y, z) counts; ``gputopo-v1``: the monotone model.
-    A pattern without edges (one GPU) predicts 0 under both.
+    ``mapa-eq2``: MAPA Eq. 2 on the (x, y, z) counts; ``gputopo-v1``: the monotone model;
+    ``bottleneck``: the slowest edge's GB/s. A pattern without edges (one GPU) predicts 0
+    under every model.
+
+    Raises:
+        ValueError: an unknown model name.
     """
+    if model not in MODELS:
+        raise ValueError(f"unknown EffBW model {model!r}; known: {', '.join(MODELS)}")
     if not edges:
         return 0.0
     if model == MODEL_MAPA:
         return effbw_mapa(*count_links(topology, edges))
     bw = topology.bandwidth_matrix
-    return effbw_gputopo([bw[a][b] for a, b in edges])
+    weights = [bw[a][b] for a, b in edges]
+    if model == MODEL_BOTTLENECK:
+        return effbw_bottleneck(weights)
+    return effbw_gputopo(weights)
 
 
 def candidate(

@@ -49,6 +49,8 @@ class PolicySpec:
         utility_scored: the policy ranks placements by Amaral's utility (Eq. 2), so node
             scores of its whole-GPU decisions rank by that utility too
             (:mod:`topology.policies.scoring`) rather than by predicted EffBW.
+        lookahead: the policy reads ``Request.upcoming`` (the jobs waiting behind this one);
+            runners fill it in only for such policies, so the others keep their cache hits.
     """
 
     name: str
@@ -57,6 +59,7 @@ class PolicySpec:
     free_set_only: bool = False
     colocation: bool = False
     utility_scored: bool = False
+    lookahead: bool = False
 
     def keys_by_free_mask(self, request: Request) -> bool:
         """``request``'s decisions depend on a node's state only through its free-GPU mask
@@ -71,11 +74,10 @@ _loaded = False
 
 def register(
     name: str, summary: str, *, free_set_only: bool = False, colocation: bool = False,
-    utility_scored: bool = False,
+    utility_scored: bool = False, lookahead: bool = False,
 ) -> Callable[[PolicyFn], PolicyFn]:
     """Decorator: register ``fn`` under ``name`` (``free_set_only``, ``colocation``,
-    ``utility_scored``: see
-    :class:`PolicySpec`).
+    ``utility_scored``, ``lookahead``: see :class:`PolicySpec`).
 
     Raises:
         ValueError: the name is already taken by another function.
@@ -86,7 +88,7 @@ def register(
         if old is not None and old.fn is not fn and old.fn.__qualname__ != fn.__qualname__:
             raise ValueError(f"policy {name!r} registered twice")
         _REGISTRY[name] = PolicySpec(name, fn, summary, free_set_only, colocation,
-                                     utility_scored)
+                                     utility_scored, lookahead)
         return fn
 
     return deco
