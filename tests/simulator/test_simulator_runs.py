@@ -45,9 +45,14 @@ def test_mapa_trace_reduced(tmp_path: Path, machine: str) -> None:
     doc = check_summary(tmp_path, MAPA_POLICIES)
     by = {r.policy: r for r in results}
     base, best = doc["baseline"], doc["gputopo"]
-    # gputopo maximises the judged model (gputopo-v1) exactly: it always gets the optimum
-    opt = [r.got_optimum for r in by["gputopo"].records if r.measured]
-    assert opt and all(opt)
+    # gputopo used to maximise the judged model (gputopo-v1) alone and got its optimum every
+    # time; since issue 24 it trades a job's own gputopo-v1 EffBW for the other models and
+    # for the jobs waiting behind it, so it no longer always does — but it still reaches the
+    # optimum the free GPUs offer more often than best-effort and the kubelet's choice
+    opt = {p: [r.got_optimum for r in by[p].records if r.measured]
+           for p in ("gputopo", "nvidia-best-effort", "baseline")}
+    assert opt["gputopo"] and sum(opt["gputopo"]) >= 0.75 * len(opt["gputopo"])
+    assert sum(opt["gputopo"]) > max(sum(opt["nvidia-best-effort"]), sum(opt["baseline"]))
     assert best["effbw_sensitive_gbps"]["median"] >= base["effbw_sensitive_gbps"]["median"]
     assert best["effbw_ratio_to_ideal"]["max"] <= 1.0 + 1e-9
     md = (tmp_path / "summary.md").read_text()

@@ -27,10 +27,13 @@ Every branch is deterministic: equal inputs give equal decisions.
 
 from __future__ import annotations
 
+import numpy as np
+
 from topology.model import PCIeLevel, Topology
+from topology.policies import robust
 from topology.policies.bandwidth import preserved_bandwidth
 from topology.policies.base import Candidate, Decision, NodeState, Request
-from topology.policies.common import MODEL_GPUTOPO, check_capacity, whole_decision
+from topology.policies.common import MODEL_GPUTOPO, candidate, check_capacity, whole_decision
 from topology.policies.matching import search
 from topology.policies.memo import Memo
 from topology.policies.registry import register
@@ -38,9 +41,22 @@ from topology.policies.registry import register
 NAME = "gputopo"
 
 
-def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
+def _single(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     free = check_capacity(topology, state, request)
     free_set = set(free)
+    pool = list(free)
+    why = "single GPU: keeps the most PreservedBW (Eq. 3); ties by Gaia Singular"
+    if request.upcoming and len(free) > 1:
+        # the waiting jobs first: the GPUs whose loss costs them least under every model
+        fmask = sum(1 << g for g in free)
+        leftover = np.array([fmask & ~(1 << g) for g in free], dtype=np.int64)
+        total = robust.lookahead_cost(topology, leftover, request.upcoming, memo)
+        regret = (total - total.min(axis=0)).max(axis=1)
+        keep = regret <= float(regret.min()) + robust.TOLERANCE + 1e-12
+        pool = [g for g, k in zip(free, keep, strict=True) if k]
+        if len(pool) < len(free):
+            why = ("single GPU: least harm to the waiting jobs under every EffBW model, then "
+                   "the most PreservedBW (Eq. 3); ties by Gaia Singular")
 
     def key(g: int) -> tuple[float, int, int]:
         preserved = preserved_bandwidth(topology, [f for f in free if f != g])
@@ -51,7 +67,7 @@ def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
         busy_siblings = sum(1 for o in siblings if o not in free_set)
         return (-round(preserved, 9), -busy_siblings, g)
 
-    ranked = sorted(free, key=key)
+    ranked = sorted(pool, key=key) + sorted((g for g in free if g not in pool), key=key)
     best = ranked[0]
     runner = None
     if len(ranked) > 1:
@@ -62,13 +78,25 @@ def _single(topology: Topology, state: NodeState, request: Request) -> Decision:
         )
     return whole_decision(
         NAME, topology, state, request, (best,), MODEL_GPUTOPO, runner_up=runner,
-        reason="single GPU: keeps the most PreservedBW (Eq. 3); ties by Gaia Singular",
+        reason=why,
     )
+
+
+def _robust_reason(request: Request, choice: robust.Choice) -> str:
+    own = ", ".join(f"{m} {v:.1f}" for m, v in choice.own.items())
+    what = "bandwidth-sensitive" if request.sensitive else "insensitive"
+    text = (f"{what}: least worst-model regret ({choice.regret:.3f}) under {own} GB/s; "
+            f"{choice.band} of {choice.candidates} sets within {robust.TOLERANCE}, ties by "
+            "the leftover")
+    if request.upcoming:
+        look = max(choice.lookahead.values()) if choice.lookahead else 0.0
+        text += f"; {len(request.upcoming)} waiting job(s) weighed (their cost {look:.3f})"
+    return text
 
 
 @register(NAME, "default: Gaia Fragment for shares, PreservedBW for 1 GPU, MAPA Preserve "
           "with a monotone EffBW model for multi-GPU, gain-aware co-location for shared "
-          "GPUs", free_set_only=True, colocation=True)
+          "GPUs", free_set_only=True, colocation=True, lookahead=True)
 def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
     """The default policy (see the module docstring for the reasoning).
 
@@ -93,9 +121,17 @@ def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) 
 
         return gaia.fragment(topology, state, request, policy_name=NAME)
     if request.count == 1:
-        return _single(topology, state, request)
+        return _single(topology, state, request, memo)
     free = check_capacity(topology, state, request)
     pattern = request.effective_pattern()
+    choice = robust.choose(topology, free, pattern, request.sensitive, request.upcoming, memo)
+    if choice is not None:
+        runner_up = None
+        if choice.runner_up is not None:
+            runner_up = candidate(topology, free, sorted(choice.runner_up), pattern,
+                                  choice.runner_up, MODEL_GPUTOPO)
+        return whole_decision(NAME, topology, state, request, choice.mapping, MODEL_GPUTOPO,
+                              runner_up=runner_up, reason=_robust_reason(request, choice))
     if request.sensitive:
         result = search(topology, free, pattern, "effbw-gputopo", "preserved", memo=memo)
         why = "bandwidth-sensitive: highest EffBW (gputopo-v1), ties by PreservedBW"

@@ -1,0 +1,308 @@
+"""The default policy's robust rule (issue 24): every EffBW model judges, near-equal sets are
+equal, the leftover and the waiting jobs decide (topology/policies/robust.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from topology import catalog
+from topology.patterns import all_to_all, ring
+from topology.policies import robust
+from topology.policies.bandwidth import effbw_bottleneck
+from topology.policies.base import MAX_UPCOMING, NodeState, Request, RequestError, Upcoming
+from topology.policies.common import (
+    MODEL_BOTTLENECK,
+    MODEL_GPUTOPO,
+    MODEL_MAPA,
+    MODELS,
+    effective_bandwidth,
+)
+from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
+
+DGX = catalog.get("dgx1-v100")
+CUBE = catalog.get("mapa-cubemesh-16")
+
+
+def place(free: list[int] | None = None, count: int = 5, upcoming: tuple[Upcoming, ...] = (),
+          sensitive: bool = True, topo=DGX):  # type: ignore[no-untyped-def]
+    free = list(range(topo.size)) if free is None else free
+    state = NodeState.whole(g for g in range(topo.size) if g not in free)
+    pattern = ring(count) if count > 1 else None
+    return Evaluator().place("gputopo", topo, state, Request(
+        count=count, pattern=pattern, bandwidth_sensitive=sensitive, upcoming=upcoming))
+
+
+def set_value(topo, gpus, pattern, model):  # type: ignore[no-untyped-def]
+    """Brute force: the best of ``model`` over every arrangement of ``pattern`` on ``gpus``."""
+    best = -1e9
+    for perm in itertools.permutations(gpus):
+        best = max(best, effective_bandwidth(topo, [(perm[a], perm[b]) for a, b in
+                                                    pattern.edges], model))
+    return best
+
+
+# ---------------------------------------------------------------- the models
+
+
+def test_bottleneck_model_is_the_slowest_edge() -> None:
+    assert effbw_bottleneck([50.0, 25.0, 12.0]) == 12.0
+    assert effbw_bottleneck([]) == 0.0
+    # a 5-GPU ring through GPU 4 of {0,1,2,3,4}: GPU 4's only NVLink in the set is to 0
+    assert effective_bandwidth(DGX, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 0)],
+                               MODEL_BOTTLENECK) == 12.0
+    with pytest.raises(ValueError, match="unknown EffBW model"):
+        effective_bandwidth(DGX, [(0, 1)], "eq9")
+
+
+def test_the_issue_numbers_per_set() -> None:
+    """Issue 24's example, each set judged at its best arrangement: {0,2,3,4,7} and
+    {0,1,2,3,4} are equal by Eq. 2, the first is twice as good by the slowest link, and what
+    they leave for a 3-GPU ring differs: {1,5,6} against the NVLink triangle {5,6,7}."""
+    memo = Memo()
+    five, three = robust.model_table(DGX, ring(5), memo), robust.model_table(DGX, ring(3), memo)
+    assert five is not None and three is not None
+
+    def v(table, gpus):  # type: ignore[no-untyped-def]
+        return [round(float(x), 1) for x in table.best[sum(1 << g for g in gpus)]]
+
+    assert v(five, (0, 2, 3, 4, 7)) == [56.1, 53.5, 25.0]  # gputopo-v1, Eq. 2, bottleneck
+    assert v(five, (0, 1, 2, 3, 4)) == [43.9, 53.6, 12.0]
+    assert v(three, (1, 5, 6)) == [27.9, 30.0, 12.0]
+    assert v(three, (5, 6, 7)) == [46.8, 57.9, 25.0]
+
+
+@pytest.mark.parametrize(("topo", "k"), [(DGX, 3), (DGX, 5), (CUBE, 4)])
+def test_model_table_matches_brute_force(topo, k) -> None:  # type: ignore[no-untyped-def]
+    memo = Memo()
+    table = robust.model_table(topo, ring(k), memo)
+    assert table is not None
+    rows = list(range(0, table.masks.shape[0], max(1, table.masks.shape[0] // 40)))
+    for row in rows:
+        gpus = tuple(int(g) for g in table.gpus[row])
+        for col, model in enumerate(MODELS):
+            assert table.values[row, col] == pytest.approx(set_value(topo, gpus, ring(k), model))
+    # the best set inside a mask is the best of its k-subsets, ties to the first
+    rng = np.random.default_rng(3)
+    for _ in range(25):
+        free = sorted(rng.choice(topo.size, size=int(rng.integers(k, topo.size + 1)),
+                                 replace=False).tolist())
+        mask = sum(1 << g for g in free)
+        for col in range(len(MODELS)):
+            subsets = list(itertools.combinations(free, k))
+            vals = [table.values[int(np.flatnonzero(table.masks == sum(1 << g for g in s))[0]),
+                                 col] for s in subsets]
+            assert table.best[mask, col] == pytest.approx(max(vals))
+            got = tuple(int(g) for g in table.gpus[table.arg[mask, col]])
+            assert got == subsets[int(np.argmax(vals))]
+    assert np.all(table.best[0] == -np.inf) and np.all(table.arg[0] == -1)
+
+
+def test_eq2_judges_only_inside_its_fit() -> None:
+    """Eq. 2 was fitted on 2-5-GPU rings: a 4-GPU all-to-all (six edges) is judged without
+    it, so the rule takes a fully NVLinked quad, not the four PCIe pairs Eq. 2 ranks first."""
+    assert robust.models_for(ring(5)) == MODELS
+    assert robust.models_for(all_to_all(4)) == (MODEL_GPUTOPO, MODEL_BOTTLENECK)
+    assert effective_bandwidth(DGX, [(0, 2), (0, 5), (0, 7), (2, 5), (2, 7), (5, 7)],
+                               MODEL_MAPA) > 70
+    d = Evaluator().place("gputopo", DGX, NodeState(), Request(count=4))
+    assert all(DGX.links[a][b].nvlinks > 0 for a, b in itertools.combinations(d.gpus, 2))
+
+
+# ---------------------------------------------------------------- the rule
+
+
+def test_issue_case_without_a_queue_keeps_the_robust_set() -> None:
+    """Idle DGX-1, a 5-GPU sensitive ring and nothing known of the queue: {0,2,3,4,7} (best
+    by gputopo-v1 and the bottleneck, 0.2 % below the best by Eq. 2: within the tolerance).
+    Among the sets that equal, its leftover {1,5,6} serves a 3-GPU ring better than
+    {3,6,7} does; best-effort's {0,1,2,3,4} is twice as slow by the bottleneck."""
+    d = place()
+    assert d.gpus == (0, 2, 3, 4, 7)
+    assert "regret (0.002)" in d.reason and "ties by the leftover" in d.reason
+
+
+def test_tolerance_makes_near_equal_sets_equal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the tolerance the 0.2 % Eq. 2 difference decides and {0,1,2,4,5} (exactly the
+    best under all three models, leaving the poorer {3,6,7}) wins."""
+    monkeypatch.setattr(robust, "TOLERANCE", 0.0)
+    assert place().gpus == (0, 1, 2, 4, 5)
+
+
+def test_issue_case_with_a_waiting_three_gpu_ring_leaves_the_triangle() -> None:
+    """The same job with a sensitive 3-GPU ring waiting behind it: {0,1,2,3,4}, leaving the
+    NVLink triangle {5,6,7}. Summed over both jobs it costs no more than {0,2,3,4,7} +
+    {1,5,6} under any model (the bottleneck: the same; Eq. 2 and gputopo-v1: less)."""
+    wait = (Upcoming(3, ring(3)),)
+    d = place(upcoming=wait)
+    assert d.gpus == (0, 1, 2, 3, 4)
+    assert "1 waiting job(s) weighed (their cost 0.000)" in d.reason
+    memo = Memo()
+    fmask = 0xFF
+    totals = {}
+    for chosen in ((0, 1, 2, 3, 4), (0, 2, 3, 4, 7)):
+        table = robust.model_table(DGX, ring(5), memo)
+        assert table is not None
+        own = robust.penalty(table.best[sum(1 << g for g in chosen)], table.ideal)
+        left = np.array([fmask & ~sum(1 << g for g in chosen)], dtype=np.int64)
+        totals[chosen] = own + robust.lookahead_cost(DGX, left, wait, memo)[0]
+    assert np.all(totals[(0, 1, 2, 3, 4)] <= totals[(0, 2, 3, 4, 7)] + 1e-9)
+    assert totals[(0, 1, 2, 3, 4)][1] < totals[(0, 2, 3, 4, 7)][1] - 0.4  # Eq. 2
+
+
+@pytest.mark.parametrize(("upcoming", "gpus"), [
+    ((Upcoming(3, ring(3), sensitive=False),), (0, 2, 3, 4, 7)),  # insensitive: not priced
+    ((Upcoming(4, ring(4)), Upcoming(3, ring(3))), (0, 1, 2, 3, 4)),  # 4 does not fit: skip
+    ((Upcoming(1), Upcoming(3, ring(3))), (0, 2, 3, 4, 7)),  # the 1-GPU job takes one first
+    ((Upcoming(2, ring(2)),), (0, 2, 3, 4, 7)),  # any leftover has a double NVLink pair
+])
+def test_lookahead_reads_the_queue_in_order(upcoming: tuple[Upcoming, ...],
+                                            gpus: tuple[int, ...]) -> None:
+    assert place(upcoming=upcoming).gpus == gpus
+
+
+@pytest.mark.parametrize(("free", "count", "sensitive", "upcoming", "gpus", "why"), [
+    # the job in hand first: taking its ideal triangle now or leaving the waiting job its
+    # ideal triangle cost the same in total; the own-equal sets go first
+    ([0, 1, 2, 3, 4, 5, 6], 3, True, (Upcoming(3),), (0, 2, 3), "own cost"),
+    # then what the leftover serves when nothing more is known: both leave the waiting 2-GPU
+    # ring a double NVLink, but {4,5,7} is also an NVLink triangle and {1,2,5} is not
+    ([0, 1, 2, 3, 4, 5, 7], 4, True, (Upcoming(2, ring(2)),), (0, 1, 2, 3), "serviceability"),
+    # then MAPA's PreservedBW: both leftovers serve every ring of 2-3 ideally; {0,1,2,3} is
+    # a whole NVLinked quad
+    ([0, 1, 2, 3, 4, 6, 7], 3, True, (Upcoming(1),), (4, 6, 7), "PreservedBW"),
+    # a waiting pattern Eq. 2 does not judge (a 4-GPU all-to-all) takes, in Eq. 2's world,
+    # the set gputopo-v1 gives it (not Eq. 2's four PCIe pairs), which decides what the
+    # 2-GPU all-to-all behind it gets there
+    (list(range(8)), 2, True, (Upcoming(4), Upcoming(2)), (0, 3), "Eq. 2's stand-in"),
+])
+def test_tie_breaks_in_order(free: list[int], count: int, sensitive: bool,
+                             upcoming: tuple[Upcoming, ...], gpus: tuple[int, ...],
+                             why: str) -> None:
+    assert place(free, count=count, sensitive=sensitive, upcoming=upcoming).gpus == gpus, why
+
+
+def test_lookahead_cost_per_model_world() -> None:
+    """Each model's world places the waiting job on the set that model likes best; a job
+    that does not fit adds nothing, an insensitive one only takes its count."""
+    memo = Memo()
+    left = np.array([0b11100000, 0b01100010, 0b00000011], dtype=np.int64)  # {5,6,7} {1,5,6} {0,1}
+    cost = robust.lookahead_cost(DGX, left, (Upcoming(3, ring(3)),), memo)
+    assert cost[0].tolist() == [0.0, 0.0, 0.0]
+    three = robust.model_table(DGX, ring(3), memo)
+    assert three is not None
+    got = three.best[0b01100010]  # the ring on {1,5,6}: 27.9, 30.0, 12 GB/s
+    assert cost[1] == pytest.approx(three.ideal / got - 1)
+    assert cost[1][2] == pytest.approx(25 / 12 - 1)
+    assert cost[2].tolist() == [0.0, 0.0, 0.0]  # two GPUs: the ring does not fit
+    blocked = robust.lookahead_cost(DGX, left[:1], (Upcoming(1, sensitive=False),
+                                                    Upcoming(3, ring(3))), memo)
+    assert blocked.tolist() == [[0.0, 0.0, 0.0]]
+    assert robust.lookahead_cost(DGX, left, (), memo).shape == (3, len(MODELS))
+
+
+def test_models_disagreeing_take_the_least_worst_loss() -> None:
+    """Free {1,3,4,5,6,7}: no 5-set is within 1 % of the best under both Eq. 2 (53.6) and
+    the bottleneck (25). The rule takes {1,3,5,6,7} (Eq. 2 51.8, 3.4 % below; bottleneck 25)
+    over best-effort's {1,4,5,6,7} (Eq. 2 53.6; bottleneck 12, 52 % below)."""
+    d = place([1, 3, 4, 5, 6, 7])
+    assert d.gpus == (1, 3, 5, 6, 7)
+    best_effort = Evaluator().place("nvidia-best-effort", DGX,
+                                    NodeState.whole([0, 2]), Request(count=5, pattern=ring(5)))
+    assert best_effort.gpus == (1, 4, 5, 6, 7)
+
+
+def test_insensitive_job_leaves_the_best_for_waiting_jobs() -> None:
+    """An insensitive 4-GPU job costs nothing itself: with a sensitive 4-GPU ring waiting it
+    leaves a quad whose ring is ideal under every model."""
+    d = place(count=4, sensitive=False, upcoming=(Upcoming(4, ring(4)),))
+    left = [g for g in range(8) if g not in d.gpus]
+    memo = Memo()
+    table = robust.model_table(DGX, ring(4), memo)
+    assert table is not None
+    assert np.allclose(table.best[sum(1 << g for g in left)], table.ideal)
+    assert d.reason.startswith("insensitive: least worst-model regret (0.000)")
+
+
+def test_single_gpu_job_keeps_a_triangle_for_the_waiting_ring() -> None:
+    """Free {1,4,5,6}: PreservedBW alone takes GPU 4 (leaving {1,5,6}); with a sensitive
+    3-GPU ring waiting, GPU 1 goes, leaving the NVLink triangle {4,5,6}."""
+    assert place([1, 4, 5, 6], count=1).gpus == (4,)
+    d = place([1, 4, 5, 6], count=1, upcoming=(Upcoming(3, ring(3)),))
+    assert d.gpus == (1,)
+    assert "least harm to the waiting jobs" in d.reason
+
+
+def test_penalty_and_serviceability() -> None:
+    """The cost is communication time beyond the ideal (Eq. 2 may predict below 1 GB/s: it
+    counts as 1); serviceability sums, over rings of 2 up to the job's size, the worst model's
+    share of the ideal the leftover still offers."""
+    ideal = np.array([50.0, 50.0])
+    assert robust.penalty(np.array([50.0, 25.0]), ideal).tolist() == [0.0, 1.0]
+    assert robust.penalty(np.array([0.5, -3.0]), ideal).tolist() == [49.0, 49.0]
+    memo = Memo()
+    tri, pair, none = 0b11100000, 0b11000000, 0b00000000  # {5,6,7}, {6,7}, nothing
+    serv = robust.serviceability(DGX, np.array([tri, pair, none], dtype=np.int64), 3, memo)
+    assert serv.tolist() == pytest.approx([2.0, 1.0, 0.0])  # a 2-ring and a 3-ring, ideal
+    three = robust.model_table(DGX, ring(3), memo)
+    assert three is not None
+    path = 0b01100010  # {1,5,6}: a 2-ring ideal; a 3-ring at the worst model's share
+    got = robust.serviceability(DGX, np.array([path], dtype=np.int64), 3, memo)[0]
+    assert got == pytest.approx(1.0 + float(min(three.best[path] / three.ideal)))
+    assert robust.serviceability(DGX, np.array([path], dtype=np.int64), 2, memo)[0] == 1.0
+
+
+def test_upcoming_is_validated_and_keyed() -> None:
+    with pytest.raises(RequestError, match="at most 8"):
+        Request(count=2, upcoming=tuple(Upcoming(1) for _ in range(MAX_UPCOMING + 1)))
+    with pytest.raises(RequestError, match="1-256"):
+        Upcoming(0)
+    with pytest.raises(RequestError, match="pattern has 3 GPUs"):
+        Upcoming(2, ring(3))
+    a, b = Request(count=2), Request(count=2, upcoming=(Upcoming(3, ring(3)),))
+    assert a.key() != b.key()
+    assert Upcoming(3).effective_pattern().is_complete and not Upcoming(1).measured
+
+
+def test_too_large_for_a_table_falls_back() -> None:
+    """Above 16 GPUs (no table) the rule declines and the single-model search decides."""
+    assert robust.choose(catalog.get("summit"), [0, 1, 2], ring(2), True, (), Memo()) \
+        is not None  # 6 GPUs: a table
+    with pytest.raises(ValueError, match="cannot host"):
+        robust.choose(DGX, [0, 1], ring(3), True, (), Memo())
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    free=st.sets(st.integers(0, 7), min_size=2, max_size=8),
+    k=st.integers(2, 5),
+    waits=st.lists(st.tuples(st.integers(1, 5), st.booleans()), max_size=4),
+)
+def test_rule_invariants(free: set[int], k: int, waits: list[tuple[int, bool]]) -> None:
+    """Free GPUs only, k distinct ones, deterministic, and the chosen set's worst-model
+    regret (recomputed by brute force from the set values) is within the tolerance of the
+    least any candidate has."""
+    if len(free) < k:
+        return
+    upcoming = tuple(Upcoming(c, ring(c) if c > 1 else None, s) for c, s in waits)
+    memo = Memo()
+    got = robust.choose(DGX, sorted(free), ring(k), True, upcoming, memo)
+    again = robust.choose(DGX, sorted(free), ring(k), True, upcoming, Memo())
+    assert got is not None and again is not None and got.mapping == again.mapping
+    chosen = set(got.mapping)
+    assert len(chosen) == k and chosen <= free
+    table = robust.model_table(DGX, ring(k), memo)
+    assert table is not None
+    fmask = sum(1 << g for g in free)
+    sets = list(itertools.combinations(sorted(free), k))
+    own = np.array([[robust.penalty(np.float64(set_value(DGX, s, ring(k), m)), table.ideal[c])
+                     for c, m in enumerate(MODELS)] for s in sets])
+    left = np.array([fmask & ~sum(1 << g for g in s) for s in sets], dtype=np.int64)
+    total = own + robust.lookahead_cost(DGX, left, upcoming, memo)
+    regret = (total - total.min(axis=0)).max(axis=1)
+    assert regret[sets.index(tuple(sorted(chosen)))] <= regret.min() + robust.TOLERANCE + 1e-9
