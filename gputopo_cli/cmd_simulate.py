@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", "-s", help="workload generator seed (and the planner's)")] = 0,
         queue: Annotated[str, typer.Option("--queue", help="fifo (a job that fits nowhere blocks the queue) | backfill")] = "fifo",
         node_choice: Annotated[str | None, typer.Option("--node-choice", help="force one node-choice rule for all policies: extender | least-allocated | first-fit | most-allocated | utility")] = None,
-        effbw_model: Annotated[str, typer.Option("--effbw-model", help="model that judges every placement and drives run times: gputopo-v1 | mapa-eq2")] = "gputopo-v1",
+        effbw_model: Annotated[str, typer.Option("--judge", "--effbw-model", help="the EffBW model that judges every placement and prices run times, independent of the one that decides: gputopo-v1 | eq2 (mapa-eq2) | bottleneck")] = "gputopo-v1",
         plots: Annotated[bool, typer.Option("--plots/--no-plots", help="write PNG plots")] = True,
         iterations: Annotated[int, typer.Option("--planner-iterations", help="andreas: MaxIt_RG, iterations of the Randomized Greedy per rescheduling point")] = 1000,
         interval: Annotated[float, typer.Option("--reschedule-every", help="andreas: seconds between periodic rescheduling points (also H in the worst-case tardiness)")] = 300.0,

@@ -48,7 +48,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from simulator import SimulationError
 from simulator import runtime as rt
@@ -60,6 +60,7 @@ from topology.patterns import Pattern
 from topology.policies import amaral
 from topology.policies.base import (
     FULL_CORE,
+    MAX_UPCOMING,
     Decision,
     GPUUsage,
     NodeState,
@@ -67,6 +68,7 @@ from topology.policies.base import (
     Request,
     RequestError,
     Resident,
+    Upcoming,
 )
 from topology.policies.common import MODEL_MAPA
 from topology.policies.evaluate import Evaluator
@@ -235,8 +237,10 @@ class Simulation:
         if rule not in NODE_CHOICES:
             raise SimulationError(f"unknown node choice {rule!r}; use one of "
                                   f"{', '.join(NODE_CHOICES)}")
-        if judge not in rt.JUDGES:
-            raise SimulationError(f"unknown EffBW model {judge!r}; use {' or '.join(rt.JUDGES)}")
+        try:
+            judge = rt.judge_name(judge)
+        except ValueError as exc:
+            raise SimulationError(str(exc)) from None
         self.evaluator = Evaluator(memo=memo)
         if slots < 1:
             raise SimulationError("--slots must be at least 1")
@@ -258,6 +262,11 @@ class Simulation:
         self.request_keys: dict[JobId, tuple[object, ...]] = {}
         self._check_jobs()
         self.sockets = amaral.physical_graph(topology).socket
+        self.lookahead = get_policy(policy).lookahead
+        self.upcoming_of: dict[JobId, Upcoming] = {
+            j.id: Upcoming(j.gpus, self.requests[j.id].pattern, self.requests[j.id].sensitive)
+            for j in workload.jobs if not j.shared}
+        self._queue: list[Job] = []
 
     # ------------------------------------------------------------------ set-up
     def _check_jobs(self) -> None:
@@ -381,8 +390,26 @@ class Simulation:
         raw = W_QUALITY * ns.quality + W_FRAGMENTATION * (1.0 - ns.fragmentation)
         return (-ns.score, -round(raw, 9), free_before)
 
+    def _upcoming(self, job: Job) -> tuple[Upcoming, ...]:
+        """The whole-GPU jobs queued behind ``job`` (queue order, at most ``MAX_UPCOMING``):
+        what the extender's pending-pod view hands a lookahead policy."""
+        out: list[Upcoming] = []
+        behind = False
+        for other in self._queue:
+            if other is job:
+                behind = True
+                continue
+            if not behind or other.shared:
+                continue
+            out.append(self.upcoming_of[other.id])
+            if len(out) == MAX_UPCOMING:
+                break
+        return tuple(out)
+
     def _try_place(self, job: Job) -> tuple[int, Decision, float] | None:
         req = self.requests[job.id]
+        if self.lookahead and not job.shared:
+            req = replace(req, upcoming=self._upcoming(job))
         t0 = time.perf_counter()
         best: tuple[tuple[float, ...], int, Decision] | None = None
         pairs: list[tuple[object, int]]
@@ -438,6 +465,7 @@ class Simulation:
             heapq.heappush(events, (job.arrival_s, 1, seq, job.id, 0))
             seq += 1
         queue: list[Job] = []
+        self._queue = queue
         running: dict[JobId, _Running] = {}
         timeline: list[Sample] = []
         busy = 0
@@ -561,10 +589,11 @@ class Simulation:
             rec.start_s, rec.decision_ms = now, ms
             rec.policy_effbw_gbps = decision.effective_bandwidth_gbps
             if pattern.edges:
+                memo = self.evaluator.memo
                 rec.effbw_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
-                                                self.judge)
+                                                self.judge, memo)
                 rec.effbw_eq2_gbps = rt.judge_effbw(self.topology, pattern, decision.mapping,
-                                                    MODEL_MAPA)
+                                                    MODEL_MAPA, memo)
                 rec.ideal_gbps = rt.ideal_effbw(self.topology, pattern, self.judge,
                                                 self.evaluator.memo)
             rec.bandwidth_factor = rt.bandwidth_factor(rec.effbw_gbps, rec.ideal_gbps,

@@ -3,11 +3,16 @@ simulator judges every policy by.
 
 **One judge for every policy.** Each policy reports EffBW in its own model (MAPA's policies
 Eq. 2, the others gputopo-v1), so the simulator re-scores every placement with one *judge*
-model: by default ``gputopo-v1`` (monotone; fitted to Eq. 2 where Eq. 2 is sound — see
-:mod:`topology.policies.bandwidth`), or ``mapa-eq2`` (Eq. 2 as published, which rewards PCIe
-links on some sets and can go negative). The judged EffBW of a job is the prediction for its
-pattern's edges on its GPUs (vertex i on ``mapping[i]``); its *ideal* is the best prediction any
-set of an idle node of its type gives the pattern (exhaustive search; MAPA Fig. 4's ideal).
+model, independent of the model that decided: ``gputopo-v1`` (the default; monotone, fitted to
+Eq. 2 where Eq. 2 is sound — see :mod:`topology.policies.bandwidth`), ``mapa-eq2`` (Eq. 2 as
+published, which rewards PCIe links on some sets and can go negative) or ``bottleneck`` (the
+slowest link of the pattern: what a ring all-reduce waits for). The judged EffBW of a job is
+the best prediction the judge gives its pattern *on its GPU set*, over every arrangement of the
+pattern in the set: NCCL builds its rings from the topology it detects, not from the order the
+GPUs were handed out in, and NVIDIA's device plugin hands out a set with no pattern at all
+(arrangements enumerated for patterns of up to 8 GPUs; larger ones are judged on the policy's
+mapping). Its *ideal* is the best prediction any set of an idle node of its type gives the
+pattern (exhaustive search; MAPA Fig. 4's ideal).
 
 **Bandwidth → run time** (MAPA Fig. 16). A job's solo run time on the ideal set is
 ``runtime_s``, of which a share ``c`` (``comm_share``) is communication. Communication time
@@ -36,27 +41,66 @@ import numpy as np
 
 from topology.model import Topology
 from topology.patterns import Pattern
+from topology.policies import robust
 from topology.policies.amaral import INTERFERENCE_K, Profile
 from topology.policies.bandwidth import all_pairs
-from topology.policies.common import MODEL_GPUTOPO, MODEL_MAPA, effective_bandwidth
-from topology.policies.matching import search
+from topology.policies.common import (
+    MODEL_BOTTLENECK,
+    MODEL_GPUTOPO,
+    MODEL_MAPA,
+    MODELS,
+    effective_bandwidth,
+)
+from topology.policies.matching import MAX_ENUM_VERTICES, _arrangements_and_perms
 from topology.policies.memo import Memo
 
 #: EffBW past which communication stops getting faster (MAPA Fig. 16), GB/s.
 B_SAT = 50.0
 #: Largest interference slowdown (a job never runs slower than half speed from contention).
 MAX_SLOWDOWN = 1.0
-#: Judge models.
-JUDGES = (MODEL_GPUTOPO, MODEL_MAPA)
-#: Budget for "exhaustive" searches (every subset × arrangement for patterns up to 8 GPUs).
+#: Judge models (``--judge``; ``eq2`` is accepted for ``mapa-eq2``).
+JUDGES = MODELS
+#: Short names the command line accepts for the judges.
+JUDGE_ALIASES = {"eq2": MODEL_MAPA, "gputopo": MODEL_GPUTOPO, "slowest-link": MODEL_BOTTLENECK}
+#: Most (subset × arrangement) pairs an exhaustive best-set search without a table scores.
 EXHAUSTIVE_BUDGET = 5_000_000
 
-_OBJECTIVE = {MODEL_GPUTOPO: "effbw-gputopo", MODEL_MAPA: "effbw-mapa"}
+
+def judge_name(text: str) -> str:
+    """The judge model ``text`` names (an alias of :data:`JUDGE_ALIASES` or a model name).
+
+    Raises:
+        ValueError: no such judge.
+    """
+    name = JUDGE_ALIASES.get(text, text)
+    if name not in JUDGES:
+        raise ValueError(f"unknown EffBW model {text!r}; use gputopo-v1, eq2 (mapa-eq2) or "
+                         "bottleneck")
+    return name
 
 
-def judge_effbw(topology: Topology, pattern: Pattern, mapping: Sequence[int], model: str) -> float:
-    """Predicted EffBW (GB/s) of ``pattern`` with vertex i on GPU ``mapping[i]``; 0 without
-    edges."""
+@lru_cache(maxsize=65536)
+def _set_effbw(topology: Topology, gpus: tuple[int, ...], pattern: Pattern, model: str) -> float:
+    edge_pos, _ = _arrangements_and_perms(pattern.size, pattern.edges)
+    return max(effective_bandwidth(topology, [(gpus[a], gpus[b]) for a, b in e], model)
+               for e in edge_pos.tolist())
+
+
+def judge_effbw(topology: Topology, pattern: Pattern, mapping: Sequence[int], model: str,
+                memo: Memo | None = None) -> float:
+    """Judged EffBW (GB/s) of ``pattern`` on the GPU set of ``mapping``: the best prediction of
+    ``model`` over every arrangement of the pattern in the set (module docstring); for patterns
+    of more than 8 GPUs, the prediction with vertex i on ``mapping[i]``. 0 without edges."""
+    if not pattern.edges:
+        return 0.0
+    gpus = tuple(sorted(mapping))
+    if memo is not None:
+        table = robust.model_table(topology, pattern, memo)
+        if table is not None:
+            mask = sum(1 << g for g in gpus)
+            return float(table.best[mask, MODELS.index(model)])
+    if pattern.size <= MAX_ENUM_VERTICES:
+        return _set_effbw(topology, gpus, pattern, model)
     edges = [(mapping[a], mapping[b]) for a, b in pattern.edges]
     return effective_bandwidth(topology, edges, model)
 
@@ -64,18 +108,27 @@ def judge_effbw(topology: Topology, pattern: Pattern, mapping: Sequence[int], mo
 @lru_cache(maxsize=4096)
 def best_effbw(topology: Topology, free: tuple[int, ...], pattern: Pattern,
                model: str, memo: Memo) -> float | None:
-    """The highest judged EffBW any match of ``pattern`` in the GPUs ``free`` reaches (exhaustive
-    search, MAPA §3.3, with the run's ``memo``); None when the search would not be exhaustive
-    (patterns > 8 GPUs or a budget overflow); 0 for patterns without edges."""
+    """The highest judged EffBW any set of ``pattern``'s size in the GPUs ``free`` reaches
+    (exhaustive over sets and arrangements, MAPA §3.3, with the run's ``memo``); None when
+    that is not affordable (patterns > 8 GPUs, or more than :data:`EXHAUSTIVE_BUDGET` pairs on
+    a machine without a table); 0 for patterns without edges."""
     if not pattern.edges:
         return 0.0
     if len(free) < pattern.size:
         return None
-    result = search(topology, free, pattern, _OBJECTIVE[model],  # type: ignore[arg-type]
-                    memo=memo, budget=EXHAUSTIVE_BUDGET)
-    if not result.exact:
+    table = robust.model_table(topology, pattern, memo)
+    if table is not None:
+        mask = sum(1 << g for g in free)
+        return float(table.best[mask, MODELS.index(model)])
+    if pattern.size > MAX_ENUM_VERTICES:
         return None
-    return result.best.effbw_gputopo if model == MODEL_GPUTOPO else result.best.effbw_mapa
+    edge_pos, _ = _arrangements_and_perms(pattern.size, pattern.edges)
+    if math.comb(len(free), pattern.size) * edge_pos.shape[0] > EXHAUSTIVE_BUDGET:
+        return None
+    import itertools
+
+    return max(_set_effbw(topology, s, pattern, model)
+               for s in itertools.combinations(free, pattern.size))
 
 
 def ideal_effbw(topology: Topology, pattern: Pattern, model: str, memo: Memo) -> float | None:
