@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from device_plugin.allocation import Allocator, Inventory
@@ -41,6 +39,7 @@ from gpunode.publish import (
     PublishLoop,
     node_metadata,
 )
+from gpunode.signals import run_until_signalled
 from topology.contract import RESOURCE_VGPU_MEMORY
 from topology.model import Topology, TopologyError
 from topology.numa_alignment import KubeletConfig, KubeletConfigError
@@ -329,17 +328,5 @@ class DevicePlugin:
 
     def run_until_signalled(self) -> None:
         """:meth:`start`, block until SIGTERM or SIGINT, then :meth:`stop`."""
-
-        def handler(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s: shutting down", signal.Signals(signum).name)
-            self.stop_event.set()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-        self.start()
-        try:
-            while not self.stop_event.wait(0.5):
-                pass
-        finally:
-            self.stop()
-            log.info("stopped; sockets removed")
+        run_until_signalled(self.start, self.stop, self.stop_event, log,
+                            "stopped; sockets removed")

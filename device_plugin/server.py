@@ -9,10 +9,8 @@ and translates the result (or an :class:`~device_plugin.identity.IdentityError`,
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 
 import grpc
@@ -24,6 +22,7 @@ from device_plugin.api import api_pb2_grpc as pb_grpc
 from device_plugin.devices import ResourceSpec
 from device_plugin.identity import IdentityError
 from device_plugin.metrics import Metrics
+from gpunode.grpcserver import UnixServer
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +132,9 @@ class DevicePluginServicer(pb_grpc.DevicePluginServicer):
         return pb.PreStartContainerResponse()
 
 
-class ResourceServer:
-    """A gRPC server for one resource on ``<dir>/<spec.socket>``; restartable."""
+class ResourceServer(UnixServer):
+    """A gRPC server for one resource on ``<dir>/<spec.socket>``; restartable
+    (:class:`gpunode.grpcserver.UnixServer`)."""
 
     def __init__(
         self,
@@ -146,58 +146,11 @@ class ResourceServer:
         self.spec = spec
         self.directory = directory
         self.servicer = servicer
-        self.max_workers = max_workers
-        self._server: grpc.Server | None = None
-        self._inode: int | None = None
+        super().__init__(
+            directory / spec.socket,
+            lambda server: pb_grpc.add_DevicePluginServicer_to_server(servicer, server),
+            spec.name, max_workers, thread_prefix=f"dp-{spec.kind}")
 
     @property
     def socket_path(self) -> Path:
-        return self.directory / self.spec.socket
-
-    def start(self) -> None:
-        """(Re)create the socket and serve on it.
-
-        Raises:
-            OSError: the socket cannot be created.
-        """
-        self.stop()
-        try:
-            self.socket_path.unlink()
-        except FileNotFoundError:
-            pass
-        server = grpc.server(
-            futures.ThreadPoolExecutor(
-                max_workers=self.max_workers, thread_name_prefix=f"dp-{self.spec.kind}"
-            )
-        )
-        pb_grpc.add_DevicePluginServicer_to_server(self.servicer, server)
-        if server.add_insecure_port(f"unix://{self.socket_path}") == 0:
-            raise OSError(f"cannot listen on {self.socket_path}")
-        server.start()
-        self._server = server
-        self._inode = _inode(self.socket_path)
-        log.info("serving %s on %s", self.spec.name, self.socket_path)
-
-    def alive(self) -> bool:
-        """Serving and our socket file is still the one we created."""
-        return self._server is not None and _inode(self.socket_path) == self._inode
-
-    def stop(self, grace: float = 0.5) -> None:
-        """Stop serving and remove our socket (if it is still ours)."""
-        if self._server is None:
-            return
-        self._server.stop(grace).wait(grace + 1)
-        self._server = None
-        if _inode(self.socket_path) == self._inode:
-            try:
-                self.socket_path.unlink()
-            except FileNotFoundError:
-                pass
-        self._inode = None
-
-
-def _inode(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
+        return self.path

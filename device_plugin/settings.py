@@ -13,14 +13,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from device_plugin.api import DEFAULT_DEVICE_PLUGIN_DIR, DEFAULT_POD_RESOURCES_SOCKET
+from gpunode import settings as common
 from topology.settings_file import (
     FileBackedSettings,
     SettingsError,
-    config_file_data,
     read_settings_file,
 )
 
@@ -159,17 +159,12 @@ class DevicePluginSettings(FileBackedSettings):
     @field_validator("node_name")
     @classmethod
     def _node_name(cls, v: str) -> str:
-        v = v.strip()
-        if len(v) > 253:
-            raise ValueError("node name longer than 253 characters")
-        return v
+        return common.node_name(v)
 
     @field_validator("pod_source", "node_sink")
     @classmethod
     def _source(cls, v: str) -> str:
-        if v == "kubernetes" or (v.startswith("file:") and len(v) > len("file:")):
-            return v
-        raise ValueError(f"must be 'kubernetes' or 'file:PATH', got {v!r}")
+        return common.kubernetes_or_file(v)
 
     @field_validator("kubelet_topology_manager_policy")
     @classmethod
@@ -195,10 +190,7 @@ class DevicePluginSettings(FileBackedSettings):
     @field_validator("log_level")
     @classmethod
     def _level(cls, v: str) -> str:
-        level = v.strip().upper()
-        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ValueError(f"must be DEBUG, INFO, WARNING or ERROR, got {v!r}")
-        return level
+        return common.log_level(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> DevicePluginSettings:
@@ -243,15 +235,6 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return read_settings_file(path, DevicePluginSettings.model_fields)
 
 
-def _one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "settings"
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    if where in ("settings", "__root__"):
-        return msg
-    return f"{where.replace('_', '-')}: {msg}"
-
-
 def load_settings(
     flags: Mapping[str, Any] | None = None, config_file: Path | None = None
 ) -> DevicePluginSettings:
@@ -261,15 +244,4 @@ def load_settings(
     Raises:
         SettingsError: a value is invalid or missing (one line naming the setting).
     """
-    import os
-
-    given = {k: v for k, v in (flags or {}).items() if v is not None}
-    path = config_file
-    if path is None and os.environ.get("GPUTOPO_DP_CONFIG"):
-        path = Path(os.environ["GPUTOPO_DP_CONFIG"])
-    data = read_config_file(path) if path is not None else {}
-    with config_file_data(data):
-        try:
-            return DevicePluginSettings(**given)
-        except ValidationError as exc:
-            raise SettingsError(_one_line(exc)) from None
+    return common.load(DevicePluginSettings, flags, config_file, "GPUTOPO_DP_CONFIG")

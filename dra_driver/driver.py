@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import grpc
@@ -26,7 +24,6 @@ from dra_driver.server import (
     DRAPluginV1beta1Servicer,
     DRAPluginV1Servicer,
     RegistrationServicer,
-    SocketServer,
     SocketWatcher,
 )
 from dra_driver.settings import DRADriverSettings
@@ -39,6 +36,7 @@ from dra_driver.slices import (
 )
 from gpunode import kube
 from gpunode.container import minor_numbers
+from gpunode.grpcserver import UnixServer
 from gpunode.health import HealthState, start_nvml_watch, start_xid_file_feeder
 from gpunode.publish import (
     FileNodePublisher,
@@ -47,6 +45,7 @@ from gpunode.publish import (
     PublishLoop,
     node_metadata,
 )
+from gpunode.signals import run_until_signalled
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.dra import DRIVER, pci_bus_id, pcie_roots
 from topology.model import Topology, TopologyError
@@ -125,7 +124,7 @@ class DRADriver:
                 s.publish_interval_s)
             self.health.on_change(self.node_loop.kick)
         self.preparer: Preparer | None = None
-        self.servers: list[SocketServer] = []
+        self.servers: list[UnixServer] = []
         self.registration: RegistrationServicer | None = None
         if not s.no_kubelet:
             assert self.claims is not None
@@ -155,8 +154,8 @@ class DRADriver:
                 pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
                     registration, server)
 
-            self.servers = [SocketServer(s.dra_socket, add_dra, "dra"),
-                            SocketServer(s.registration_socket, add_reg, "registration")]
+            self.servers = [UnixServer(s.dra_socket, add_dra, "dra"),
+                            UnixServer(s.registration_socket, add_reg, "registration")]
         self.watcher = SocketWatcher(self.servers, s.watch_interval_s)
 
     def unhealthy_indices(self) -> frozenset[int]:
@@ -247,17 +246,4 @@ class DRADriver:
 
     def run_until_signalled(self) -> None:
         """:meth:`start`, block until SIGTERM or SIGINT, then :meth:`stop`."""
-
-        def handler(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s: shutting down", signal.Signals(signum).name)
-            self.stop_event.set()
-
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-        self.start()
-        try:
-            while not self.stop_event.wait(0.5):
-                pass
-        finally:
-            self.stop()
-            log.info("stopped")
+        run_until_signalled(self.start, self.stop, self.stop_event, log)

@@ -11,7 +11,7 @@ takes the first one it also speaks). It dials the endpoint, answers
 ``NodeUnprepareResources`` of the chosen service for the claims of the pods it starts and
 stops. Both services are thin: every claim goes to :class:`~dra_driver.prepare.Preparer`.
 
-:class:`SocketServer` serves one unix socket and can be restarted; :class:`SocketWatcher`
+:class:`gpunode.grpcserver.UnixServer` serves each socket; :class:`SocketWatcher`
 restarts a server whose socket file was removed or replaced (a kubelet or node cleanup), as
 the device plugin's watcher does for its sockets.
 """
@@ -19,12 +19,10 @@ the device plugin's watcher does for its sockets.
 from __future__ import annotations
 
 import logging
-import os
 import threading
-from collections.abc import Callable, Sequence
-from concurrent import futures
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -36,6 +34,7 @@ from dra_driver.api import dra_v1beta1_pb2_grpc as v1beta1_grpc
 from dra_driver.api import pluginregistration_pb2 as reg
 from dra_driver.api import pluginregistration_pb2_grpc as reg_grpc
 from dra_driver.prepare import PreparedDevice, Preparer
+from gpunode.grpcserver import UnixServer
 from topology.dra import DRIVER
 
 log = logging.getLogger(__name__)
@@ -74,18 +73,33 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
         return reg.RegistrationStatusResponse()
 
 
-def _v1_devices(devices: Sequence[PreparedDevice]) -> list[v1.Device]:
-    return [v1.Device(request_names=list(d.request_names), pool_name=d.pool,
+def _devices(pb: Any, devices: Sequence[PreparedDevice]) -> list[Any]:
+    """``Device`` messages of the API version ``pb`` (v1beta1 has no ``share_id``: a share is
+    named by pool and device alone there)."""
+    share = "share_id" in pb.Device.DESCRIPTOR.fields_by_name
+    return [pb.Device(request_names=list(d.request_names), pool_name=d.pool,
                       device_name=d.device, cdi_device_ids=list(d.cdi_device_ids),
-                      share_id=d.share_id)
+                      **({"share_id": d.share_id} if share and d.share_id else {}))
             for d in devices]
 
 
-def _v1beta1_devices(devices: Sequence[PreparedDevice]) -> list[v1beta1.Device]:
-    # v1beta1 has no share_id: a share's device is named by pool and device alone there
-    return [v1beta1.Device(request_names=list(d.request_names), pool_name=d.pool,
-                           device_name=d.device, cdi_device_ids=list(d.cdi_device_ids))
-            for d in devices]
+def prepare_reply(pb: Any, preparer: Preparer, request: Any) -> Any:
+    """``NodePrepareResourcesResponse`` of API version ``pb`` for ``request``'s claims."""
+    out = pb.NodePrepareResourcesResponse()
+    for c in request.claims:
+        r = preparer.prepare(c.uid, c.namespace, c.name)
+        out.claims[c.uid].CopyFrom(pb.NodePrepareResourceResponse(
+            devices=_devices(pb, r.devices), error=r.error))
+    return out
+
+
+def unprepare_reply(pb: Any, preparer: Preparer, request: Any) -> Any:
+    """``NodeUnprepareResourcesResponse`` of API version ``pb`` for ``request``'s claims."""
+    out = pb.NodeUnprepareResourcesResponse()
+    for c in request.claims:
+        out.claims[c.uid].CopyFrom(pb.NodeUnprepareResourceResponse(
+            error=preparer.unprepare(c.uid, c.namespace, c.name)))
+    return out
 
 
 class DRAPluginV1Servicer(v1_grpc.DRAPluginServicer):
@@ -96,25 +110,17 @@ class DRAPluginV1Servicer(v1_grpc.DRAPluginServicer):
 
     def NodePrepareResources(self, request: v1.NodePrepareResourcesRequest,
                              context: grpc.ServicerContext) -> v1.NodePrepareResourcesResponse:
-        out = v1.NodePrepareResourcesResponse()
-        for c in request.claims:
-            r = self.preparer.prepare(c.uid, c.namespace, c.name)
-            out.claims[c.uid].CopyFrom(v1.NodePrepareResourceResponse(
-                devices=_v1_devices(r.devices), error=r.error))
-        return out
+        return cast(v1.NodePrepareResourcesResponse, prepare_reply(v1, self.preparer, request))
 
     def NodeUnprepareResources(self, request: v1.NodeUnprepareResourcesRequest,
                                context: grpc.ServicerContext
                                ) -> v1.NodeUnprepareResourcesResponse:
-        out = v1.NodeUnprepareResourcesResponse()
-        for c in request.claims:
-            out.claims[c.uid].CopyFrom(v1.NodeUnprepareResourceResponse(
-                error=self.preparer.unprepare(c.uid, c.namespace, c.name)))
-        return out
+        return cast(v1.NodeUnprepareResourcesResponse,
+                    unprepare_reply(v1, self.preparer, request))
 
 
 class DRAPluginV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
-    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` (same answers, no share IDs)."""
+    """``k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin`` (the same answers, no share IDs)."""
 
     def __init__(self, preparer: Preparer) -> None:
         self.preparer = preparer
@@ -122,92 +128,20 @@ class DRAPluginV1beta1Servicer(v1beta1_grpc.DRAPluginServicer):
     def NodePrepareResources(self, request: v1beta1.NodePrepareResourcesRequest,
                              context: grpc.ServicerContext
                              ) -> v1beta1.NodePrepareResourcesResponse:
-        out = v1beta1.NodePrepareResourcesResponse()
-        for c in request.claims:
-            r = self.preparer.prepare(c.uid, c.namespace, c.name)
-            out.claims[c.uid].CopyFrom(v1beta1.NodePrepareResourceResponse(
-                devices=_v1beta1_devices(r.devices), error=r.error))
-        return out
+        return cast(v1beta1.NodePrepareResourcesResponse,
+                    prepare_reply(v1beta1, self.preparer, request))
 
     def NodeUnprepareResources(self, request: v1beta1.NodeUnprepareResourcesRequest,
                                context: grpc.ServicerContext
                                ) -> v1beta1.NodeUnprepareResourcesResponse:
-        out = v1beta1.NodeUnprepareResourcesResponse()
-        for c in request.claims:
-            out.claims[c.uid].CopyFrom(v1beta1.NodeUnprepareResourceResponse(
-                error=self.preparer.unprepare(c.uid, c.namespace, c.name)))
-        return out
-
-
-def _inode(path: Path) -> int | None:
-    try:
-        return os.stat(path).st_ino
-    except OSError:
-        return None
-
-
-class SocketServer:
-    """A gRPC server on one unix socket; restartable.
-
-    Args:
-        path: the socket file.
-        add: registers the servicers on a new ``grpc.Server``.
-        name: for logs and thread names.
-    """
-
-    def __init__(self, path: Path, add: Callable[[grpc.Server], None], name: str,
-                 max_workers: int = 4) -> None:
-        self.path = path
-        self.add = add
-        self.name = name
-        self.max_workers = max_workers
-        self._server: Any = None
-        self._inode: int | None = None
-
-    def start(self) -> None:
-        """(Re)create the socket and serve on it.
-
-        Raises:
-            OSError: the socket cannot be created.
-        """
-        self.stop()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
-                                                        thread_name_prefix=self.name))
-        self.add(server)
-        if server.add_insecure_port(f"unix://{self.path}") == 0:
-            raise OSError(f"cannot listen on {self.path}")
-        server.start()
-        self._server = server
-        self._inode = _inode(self.path)
-        log.info("serving %s on %s", self.name, self.path)
-
-    def alive(self) -> bool:
-        """Serving, and the socket file is still the one it created."""
-        return self._server is not None and _inode(self.path) == self._inode
-
-    def stop(self, grace: float = 0.5) -> None:
-        """Stop serving and remove the socket (if it is still ours)."""
-        if self._server is None:
-            return
-        self._server.stop(grace).wait(grace + 1)
-        self._server = None
-        if _inode(self.path) == self._inode:
-            try:
-                self.path.unlink()
-            except FileNotFoundError:
-                pass
-        self._inode = None
+        return cast(v1beta1.NodeUnprepareResourcesResponse,
+                    unprepare_reply(v1beta1, self.preparer, request))
 
 
 class SocketWatcher:
     """Restarts servers whose socket was removed or replaced, every ``interval_s``."""
 
-    def __init__(self, servers: Sequence[SocketServer], interval_s: float = 1.0) -> None:
+    def __init__(self, servers: Sequence[UnixServer], interval_s: float = 1.0) -> None:
         self.servers = list(servers)
         self.interval_s = interval_s
         self.restarts = 0

@@ -8,23 +8,21 @@ key in the YAML/JSON file given by ``--config`` / ``GPUTOPO_DRA_CONFIG``. Resolv
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from dra_driver.api import DEFAULT_PLUGINS_DIR, DEFAULT_REGISTRY_DIR
 from dra_driver.cdi import DEFAULT_CDI_DIR
+from gpunode import settings as common
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.dra import DRIVER
 from topology.settings_file import (
     FileBackedSettings,
     SettingsError,
-    config_file_data,
-    read_settings_file,
 )
 
 __all__ = ["DRADriverSettings", "SettingsError", "load_settings"]
@@ -108,25 +106,17 @@ class DRADriverSettings(FileBackedSettings):
     @field_validator("node_name")
     @classmethod
     def _node_name(cls, v: str) -> str:
-        v = v.strip()
-        if len(v) > 253:
-            raise ValueError("node name longer than 253 characters")
-        return v
+        return common.node_name(v)
 
     @field_validator("claim_source", "slice_sink", "node_sink")
     @classmethod
     def _source(cls, v: str) -> str:
-        if v == "kubernetes" or (v.startswith("file:") and len(v) > len("file:")):
-            return v
-        raise ValueError(f"must be 'kubernetes' or 'file:PATH', got {v!r}")
+        return common.kubernetes_or_file(v)
 
     @field_validator("log_level")
     @classmethod
     def _level(cls, v: str) -> str:
-        level = v.strip().upper()
-        if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-            raise ValueError(f"must be DEBUG, INFO, WARNING or ERROR, got {v!r}")
-        return level
+        return common.log_level(v)
 
     @model_validator(mode="after")
     def _consistent(self) -> DRADriverSettings:
@@ -155,15 +145,6 @@ class DRADriverSettings(FileBackedSettings):
         return self.plugin_dir / "checkpoint.json"
 
 
-def _one_line(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "settings"
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    if where in ("settings", "__root__"):
-        return msg
-    return f"{where.replace('_', '-')}: {msg}"
-
-
 def load_settings(flags: Mapping[str, Any] | None = None,
                   config_file: Path | None = None) -> DRADriverSettings:
     """Resolve settings: ``flags`` (None values are unset) > ``GPUTOPO_DRA_*`` / ``NODE_NAME``
@@ -172,13 +153,4 @@ def load_settings(flags: Mapping[str, Any] | None = None,
     Raises:
         SettingsError: a value is invalid or missing (one line naming the setting).
     """
-    given = {k: v for k, v in (flags or {}).items() if v is not None}
-    path = config_file
-    if path is None and os.environ.get("GPUTOPO_DRA_CONFIG"):
-        path = Path(os.environ["GPUTOPO_DRA_CONFIG"])
-    data = read_settings_file(path, DRADriverSettings.model_fields) if path is not None else {}
-    with config_file_data(data):
-        try:
-            return DRADriverSettings(**given)
-        except ValidationError as exc:
-            raise SettingsError(_one_line(exc)) from None
+    return common.load(DRADriverSettings, flags, config_file, "GPUTOPO_DRA_CONFIG")
