@@ -148,6 +148,14 @@ PRIVILEGED_VALUES: dict[str, Any] = {
 }
 
 
+#: DRA mode (docs/dra-driver.md): the DRA driver with fake DGX-1 GPUs instead of the device
+#: plugin, the whole-GPU DeviceClass serving nvidia.com/gpu (KEP-5004).
+DRA_VALUES: dict[str, Any] = {
+    "mode": "dra",
+    "draDriver": {"fakeTopology": "dgx1-v100", "extendedResourceName": "nvidia.com/gpu"},
+}
+
+
 Obj = dict[str, Any]
 
 
@@ -184,6 +192,40 @@ def sa_kubeconfig(cp: ControlPlane, sa: str) -> Path:
                                                "certificate-authority": str(cp.ca_path)}}],
         "users": [{"name": sa, "user": {"token": token}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": sa}}],
+        "current-context": "c",
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def bound_token(cp: ControlPlane, sa: str, bound_pod: str | None) -> str:
+    """A TokenRequest token of ServiceAccount ``sa`` (release namespace), bound to the pod
+    ``bound_pod`` there as the kubelet's projected token is (it then names the pod's node), or
+    unbound."""
+    core = cp.core_v1()
+    ref = None
+    if bound_pod is not None:
+        pod = core.read_namespaced_pod(bound_pod, DEFAULT_NAMESPACE)
+        ref = k8s_client.V1BoundObjectReference(api_version="v1", kind="Pod", name=bound_pod,
+                                                uid=pod.metadata.uid)
+    status = core.create_namespaced_service_account_token(
+        sa, DEFAULT_NAMESPACE, k8s_client.AuthenticationV1TokenRequest(
+            spec=k8s_client.V1TokenRequestSpec(audiences=[SERVICE_ACCOUNT_ISSUER],
+                                               expiration_seconds=3600,
+                                               bound_object_ref=ref))).status
+    assert status is not None and status.token
+    return str(status.token)
+
+
+def token_kubeconfig(cp: ControlPlane, token: str, name: str) -> Path:
+    """A kubeconfig for ``cp`` authenticating with ``token``."""
+    path = cp.workdir / f"{name}.kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server_url,
+                                               "certificate-authority": str(cp.ca_path)}}],
+        "users": [{"name": name, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": name}}],
         "current-context": "c",
     }))
     path.chmod(0o600)

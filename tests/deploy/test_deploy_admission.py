@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -39,8 +38,8 @@ from device_plugin.pods import KubePodSource, PodSourceError
 from gpunode.publish import KubeNodePublisher, NodeMetadata, PublishError
 from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
-from localcluster.controlplane import SERVICE_ACCOUNT_ISSUER, wait_until
-from tests.deploy.helpers import find, install_chart
+from localcluster.controlplane import wait_until
+from tests.deploy.helpers import bound_token, find, install_chart, token_kubeconfig
 from tests.device_plugin.helpers import bound_pod, decide
 from tests.device_plugin.kubelet_stub import KubeletStub, remove_tree, short_tmpdir
 from tests.device_plugin.test_plugin_process import gputopo_command
@@ -106,34 +105,8 @@ def cp(binaries: Binaries) -> Iterator[ControlPlane]:
 
 
 def _token(cp: ControlPlane, bound_pod: str | None) -> str:
-    """A TokenRequest token of the plugin's ServiceAccount, bound to ``bound_pod`` (in the
-    release namespace) as the kubelet's projected token is, or unbound."""
-    core = cp.core_v1()
-    ref = None
-    if bound_pod is not None:
-        pod = core.read_namespaced_pod(bound_pod, NS)
-        ref = k8s_client.V1BoundObjectReference(api_version="v1", kind="Pod", name=bound_pod,
-                                                uid=pod.metadata.uid)
-    status = core.create_namespaced_service_account_token(
-        PLUGIN_SA, NS, k8s_client.AuthenticationV1TokenRequest(spec=k8s_client.V1TokenRequestSpec(
-            audiences=[SERVICE_ACCOUNT_ISSUER], expiration_seconds=3600,
-            bound_object_ref=ref))).status
-    assert status is not None and status.token
-    return str(status.token)
-
-
-def _kubeconfig(cp: ControlPlane, token: str, name: str) -> Path:
-    path = cp.workdir / f"{name}.kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": cp.server_url,
-                                               "certificate-authority": str(cp.ca_path)}}],
-        "users": [{"name": name, "user": {"token": token}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": name}}],
-        "current-context": "c",
-    }))
-    path.chmod(0o600)
-    return path
+    """A token of the plugin's ServiceAccount bound to ``bound_pod``, or unbound."""
+    return bound_token(cp, PLUGIN_SA, bound_pod)
 
 
 def _claims(token: str) -> dict[str, Any]:
@@ -146,7 +119,7 @@ def _claims(token: str) -> dict[str, Any]:
 def plugin_a(cp: ControlPlane) -> Any:
     """The device plugin's own ``CoreV1Api`` (``device_plugin.plugin.core_api``) with a token
     bound to the plugin pod on node A."""
-    return core_api(_kubeconfig(cp, _token(cp, f"plugin-{NODE_A}"), "plugin-a"))
+    return core_api(token_kubeconfig(cp, _token(cp, f"plugin-{NODE_A}"), "plugin-a"))
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +153,7 @@ def test_the_bound_token_names_the_plugin_pods_node(cp: ControlPlane) -> None:
     claims = _claims(token)["kubernetes.io"]
     assert claims["node"]["name"] == NODE_A and claims["pod"]["name"] == f"plugin-{NODE_A}"
     api = k8s_client.AuthenticationV1Api(
-        k8s_client.ApiClient(_load(_kubeconfig(cp, token, "review"))))
+        k8s_client.ApiClient(_load(token_kubeconfig(cp, token, "review"))))
     user = api.create_self_subject_review(k8s_client.V1SelfSubjectReview()).status.user_info
     assert user.username == f"system:serviceaccount:{NS}:{PLUGIN_SA}"
     assert user.extra[NODE_NAME_KEY] == [NODE_A]
@@ -301,7 +274,7 @@ def test_on_its_own_pods_the_plugin_changes_only_the_allocated_record(
 
 
 def test_a_token_without_a_node_may_change_nothing(cp: ControlPlane, policy_active: None) -> None:
-    unbound = core_api(_kubeconfig(cp, _token(cp, None), "plugin-unbound"))
+    unbound = core_api(token_kubeconfig(cp, _token(cp, None), "plugin-unbound"))
     with pytest.raises(PublishError, match="HTTP 403"):
         KubeNodePublisher(unbound).publish(NODE_A, _meta("x"))
     with pytest.raises(ApiException) as info:
@@ -324,7 +297,7 @@ def test_the_policy_binds_only_the_plugin(cp: ControlPlane, policy_active: None)
 
 
 def test_plugin_on_node_b_is_confined_to_b(cp: ControlPlane, policy_active: None) -> None:
-    plugin_b = core_api(_kubeconfig(cp, _token(cp, f"plugin-{NODE_B}"), "plugin-b"))
+    plugin_b = core_api(token_kubeconfig(cp, _token(cp, f"plugin-{NODE_B}"), "plugin-b"))
     KubeNodePublisher(plugin_b).publish(NODE_B, _meta("b"))
     assert _annotation(cp.core_v1().read_node(NODE_B)) == "b"
     with pytest.raises(PublishError, match="HTTP 403"):
@@ -344,7 +317,7 @@ def test_the_real_plugin_process_works_under_the_charts_rbac_and_policies(
     kubelet.start()
     log = workdir / "plugin.log"
     proc: subprocess.Popen[bytes] | None = None
-    kubeconfig = _kubeconfig(cp, _token(cp, f"plugin-{NODE_A}"), "plugin-process")
+    kubeconfig = token_kubeconfig(cp, _token(cp, f"plugin-{NODE_A}"), "plugin-process")
     try:
         decision = decide(TOPO, NodeState(), Request(count=2))
         body = bound_pod("trainer", decision, node=NODE_A, namespace=WORK_NS)

@@ -23,6 +23,7 @@ from localcluster import Binaries, ControlPlane
 from localcluster.chart import DEFAULT_NAMESPACE, render_manifests
 from tests.deploy.helpers import (
     COLOCATION_VALUES,
+    DRA_VALUES,
     FAKE_VALUES,
     PRIVILEGED_VALUES,
     Obj,
@@ -78,14 +79,16 @@ def _dry_run_all(dyn: DynamicClient, objs: list[Obj]) -> None:
     assert not errors, "\n".join(errors)
 
 
-@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation", "privileged"])
+@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation", "privileged",
+                                     "dra"])
 def test_every_rendered_object_passes_server_side_dry_run(
     dyn: DynamicClient, tls_material: TlsMaterial, variant: str
 ) -> None:
     """Every object, the admission policies included: the API server compiles their CEL (a
     typo is a 422 here)."""
     values = {"default": {}, "tls": tls_values(tls_material), "fake": FAKE_VALUES,
-              "colocation": COLOCATION_VALUES, "privileged": PRIVILEGED_VALUES}[variant]
+              "colocation": COLOCATION_VALUES, "privileged": PRIVILEGED_VALUES,
+              "dra": DRA_VALUES}[variant]
     objs = render_manifests(values)
     assert len(objs) >= 18
     kinds = {o["kind"] for o in objs}
@@ -125,7 +128,7 @@ def test_workload_pods_pass_admission(cp: ControlPlane, dyn: DynamicClient,
     cp.create_default_serviceaccount(RESTRICTED_NS)
     cp.create_default_serviceaccount(NS)  # the MPS daemon runs as the namespace's default
     for values in ({}, tls_values(tls_material), FAKE_VALUES, COLOCATION_VALUES,
-                   PRIVILEGED_VALUES):
+                   PRIVILEGED_VALUES, DRA_VALUES):
         objs = render_manifests(values)
         for sa in [o for o in objs if o["kind"] == "ServiceAccount"]:
             try:

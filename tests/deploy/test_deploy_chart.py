@@ -31,6 +31,7 @@ from localcluster.chart import (
 from tests.deploy.helpers import (
     COLOCATION_VALUES,
     CUSTOM_TOPOLOGY,
+    DRA_VALUES,
     EXTENDER_DNS,
     FAKE_VALUES,
     PRIVILEGED_VALUES,
@@ -76,10 +77,11 @@ def values_defaults() -> Obj:
 # ------------------------------------------------------------------ helm lint / template
 
 
-@pytest.mark.parametrize("variant", ["default", "tls", "fake"])
+@pytest.mark.parametrize("variant", ["default", "tls", "fake", "dra"])
 def test_helm_lint_strict(helm_available: None, tls: TlsMaterial, variant: str,
                           tmp_path: Path) -> None:
-    values = {"default": {}, "tls": tls_values(tls), "fake": FAKE_VALUES}[variant]
+    values = {"default": {}, "tls": tls_values(tls), "fake": FAKE_VALUES,
+              "dra": DRA_VALUES}[variant]
     vfile = tmp_path / "values.yaml"
     vfile.write_text(yaml.safe_dump(values))
     proc = subprocess.run(
@@ -313,16 +315,23 @@ def test_extender_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> Non
     ]
 
 
+def api_calls(*packages: str) -> set[str]:
+    """The Kubernetes client methods the code of ``packages`` calls (``api.<method>(``)."""
+    calls: set[str] = set()
+    for package in packages:
+        for path in (REPO / package).glob("*.py"):
+            calls |= set(re.findall(r"\bapi\.(\w+)\(", path.read_text()))
+    return calls
+
+
 def test_device_plugin_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> None:
-    # exactly its calls: patch_node (gpunode/publish.py), one field-selected LIST of the pods on its
-    # node and patch_namespaced_pod (pods.py); the admission policy confines the patches
+    # exactly its calls: patch_node (gpunode/publish.py), one field-selected LIST of the pods on
+    # its node and patch_namespaced_pod (pods.py); the admission policy confines the patches
     assert rules(variants["default"], "gputopo-device-plugin") == [
         (("",), ("nodes",), ("patch",)),
         (("",), ("pods",), ("list", "patch")),
     ]
-    calls = set()
-    for path in (REPO / "device_plugin").glob("*.py"):
-        calls |= set(re.findall(r"\bapi\.(\w+)\(", path.read_text()))
+    calls = api_calls("device_plugin", "gpunode")
     assert calls == {"patch_node", "list_pod_for_all_namespaces", "patch_namespaced_pod",
                      # profiling (the measured-profiles Role): read, patch, create one ConfigMap
                      "read_namespaced_config_map", "patch_namespaced_config_map",
@@ -713,11 +722,14 @@ def _effective(pod: Obj, c: Obj, key: str) -> object:
 #: Containers that may not run non-root, and why (docs/security.md):
 #: device-plugin: uid 0 without capabilities, to create its sockets in the kubelet's
 #: root-owned 0750 device-plugins/ directory and connect to pod-resources/kubelet.sock;
-#: mps-control-daemon: privileged, to set the GPUs' compute mode (NVML as root).
-ROOT_CONTAINERS = {"device-plugin", "mps-control-daemon"}
+#: mps-control-daemon: privileged, to set the GPUs' compute mode (NVML as root);
+#: dra-driver: uid 0 without capabilities, to create its sockets in the kubelet's root-owned
+#: plugins_registry/ and plugins/ and write CDI specs into the runtime's /var/run/cdi.
+ROOT_CONTAINERS = {"device-plugin", "mps-control-daemon", "dra-driver"}
 
 
-@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation", "privileged"])
+@pytest.mark.parametrize("variant", ["default", "tls", "fake", "colocation", "privileged",
+                                     "dra"])
 def test_every_container_runs_with_least_privilege(helm_available: None, tls: TlsMaterial,
                                                    variant: str) -> None:
     """Non-root, no capabilities, no privilege escalation, read-only root file system,
@@ -725,7 +737,7 @@ def test_every_container_runs_with_least_privilege(helm_available: None, tls: Tl
     workload, except the two root containers, each held to exactly what it needs."""
     values = {"default": {}, "tls": tls_values(tls), "fake": FAKE_VALUES,
               "colocation": COLOCATION_VALUES,
-              "privileged": PRIVILEGED_VALUES}[variant]
+              "privileged": PRIVILEGED_VALUES, "dra": DRA_VALUES}[variant]
     workloads = [o for o in render_manifests(values) if o["kind"] in ("Deployment", "DaemonSet")]
     seen = set()
     for w in workloads:
@@ -758,6 +770,11 @@ def test_every_container_runs_with_least_privilege(helm_available: None, tls: Tl
                 if variant == "privileged":
                     assert sc["privileged"] is True, where  # devicePlugin.privileged
                     continue
+            elif c["name"] == "dra-driver":
+                assert _effective(pod, c, "runAsUser") == 0, where
+                assert hostpaths == {"plugins-registry": "/var/lib/kubelet/plugins_registry",
+                                     "plugin-dir": "/var/lib/kubelet/plugins/gpu.gputopo.io",
+                                     "cdi": "/var/run/cdi"}, where
             else:
                 assert _effective(pod, c, "runAsNonRoot") is True, where
                 assert _effective(pod, c, "runAsUser") not in (None, 0), where
@@ -770,7 +787,8 @@ def test_every_container_runs_with_least_privilege(helm_available: None, tls: Tl
             assert not pod.get(host), w["metadata"]["name"]
         if "mps-control-daemon" not in names:
             assert not pod.get("hostPID"), w["metadata"]["name"]
-    assert {"device-plugin", "kube-scheduler", "extender"} <= seen
+    assert {"device-plugin" if variant != "dra" else "dra-driver", "kube-scheduler",
+            "extender"} <= seen
 
 
 # ------------------------------------------------------------------ co-location

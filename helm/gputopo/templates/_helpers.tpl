@@ -322,6 +322,10 @@ spec:
             - name: GPUTOPO_DP_GPU_MEMORY_MIB
               value: {{ $dp.gpuMemoryMiB | int | quote }}
             {{- end }}
+            {{- with $dp.gpuModel }}
+            - name: GPUTOPO_DP_GPU_MODEL
+              value: {{ . | quote }}
+            {{- end }}
             - name: GPUTOPO_DP_HEALTH_RECOVERY_S
               value: {{ $dp.healthRecoverySeconds | quote }}
             - name: GPUTOPO_DP_SHARED_SLOTS
