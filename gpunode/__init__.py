@@ -7,7 +7,12 @@ container gets, so each piece is here once:
   GPUs (``CUDA_VISIBLE_DEVICES``, CPU affinity, MPS limits), and the device minor numbers;
 * :mod:`gpunode.publish` — the Node's topology annotation and labels, and the loop that
   keeps them current;
-* :mod:`gpunode.kube` — the Kubernetes client from a kubeconfig or the service account.
+* :mod:`gpunode.kube` — the Kubernetes client from a kubeconfig or the service account;
+* :mod:`gpunode.grpcserver` — a restartable gRPC server on a unix socket (the kubelet-facing
+  sockets);
+* :mod:`gpunode.settings` — the settings checks and resolution both share;
+* :mod:`gpunode.signals` — running until SIGTERM/SIGINT;
+* :mod:`gpunode.protogen` — vendoring and generating the kubelet's protos.
 
 Neither program imports the other (import-linter ``programs-independent``); both import this.
 """
