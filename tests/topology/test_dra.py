@@ -437,3 +437,20 @@ def test_node_state_for_the_policies() -> None:
     assert state.used(2) == GPUUsage(30, 4096)
     assert state.used(0).core_percent == 100
     assert state.used(3).residents == (job,)
+
+
+@given(st.sampled_from(catalog.names()), st.sets(st.integers(0, 15), max_size=4),
+       st.integers(0, 4), st.booleans())
+def test_slices_are_deterministic_and_count_every_healthy_view(
+    name: str, unhealthy: set[int], slots: int, shares: bool
+) -> None:
+    """The same node, health and settings give byte-for-byte the same slices (the publisher's
+    pool hash relies on it); every healthy GPU has exactly its views, none of an unhealthy."""
+    topo = catalog.get(name)
+    bad = frozenset(i for i in unhealthy if i < topo.size)
+    a = dra.resource_slices(topo, "n", unhealthy=bad, slots=slots, shares=shares)
+    assert a == dra.resource_slices(topo, "n", unhealthy=bad, slots=slots, shares=shares)
+    per_gpu = 1 + shares + (slots > 0)
+    names = [d["name"] for d in _devices(a)]
+    assert len(names) == len(set(names)) == per_gpu * (topo.size - len(bad))
+    assert not any(dra.parse_device_name(n).index in bad for n in names)
