@@ -111,6 +111,25 @@ def test_topology_list_and_schema() -> None:
     assert s["properties"]["schemaVersion"]["const"] == "gputopo.io/v1"
 
 
+def test_topology_show_says_where_memory_comes_from() -> None:
+    """A saved nvidia-smi topo -m names no GPU model: --gpu-model gives one from the catalog
+    (--output json prints the annotation on stdout, the memory line on stderr)."""
+    text = str(Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
+               / "dgx1-v100-driver535.txt")
+    r = run("topology", "show", text, "--gpu-model", "Tesla V100-SXM2-16GB", "--output", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert {(g["name"], g["memoryMiB"]) for g in doc["gpus"]} == {("Tesla V100-SXM2-16GB",
+                                                                    16160)}
+    assert "from the catalog's Tesla V100-SXM2-16GB entry (--gpu-model)" in r.stderr
+    r = run("topology", "show", text)
+    assert "GPU memory: unknown for GPUs 0-7" in r.stdout
+    r = run("topology", "show", text, "--gpu-model", "RTX 9090")
+    assert r.exit_code == 2 and "unknown GPU model 'RTX 9090'" in r.output
+    r = run("topology", "list", "--models")
+    assert "Tesla V100-SXM2-16GB" in r.stdout and "16160 MiB" in r.stdout
+
+
 def test_help_everywhere() -> None:
     for args in (["--help"], ["place", "--help"], ["topology", "--help"],
                  ["topology", "show", "--help"]):
