@@ -141,7 +141,7 @@ class DRADriver:
             except CheckpointError as exc:
                 raise DriverError(f"checkpoint: {exc}") from None
             preparer = self.preparer
-            self.registration = RegistrationServicer(s.dra_socket)
+            self.registration = RegistrationServicer(s.dra_socket, self.slice_loop.kick)
             registration = self.registration
 
             def add_dra(server: grpc.Server) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -49,10 +49,15 @@ def plugin_info(endpoint: Path) -> reg.PluginInfo:
 
 class RegistrationServicer(reg_grpc.RegistrationServicer):
     """``pluginregistration.Registration``: tells the kubelet who we are, hears whether it
-    took us."""
+    took us, and then calls ``on_registered`` — the driver republishes its slices then: a
+    starting kubelet deletes every ResourceSlice of its node, and one whose plugin was gone
+    too long deletes the driver's (``wipeResourceSlices`` in
+    ``pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go``, 1.36)."""
 
-    def __init__(self, endpoint: Path) -> None:
+    def __init__(self, endpoint: Path,
+                 on_registered: Callable[[], None] | None = None) -> None:
         self.endpoint = endpoint
+        self.on_registered = on_registered or (lambda: None)
         self.registered = threading.Event()
         self.last_error = ""
 
@@ -66,6 +71,7 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
             self.last_error = ""
             self.registered.set()
             log.info("registered with the kubelet as DRA driver %s (%s)", DRIVER, self.endpoint)
+            self.on_registered()
         else:
             self.last_error = request.error
             self.registered.clear()

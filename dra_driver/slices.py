@@ -150,24 +150,36 @@ class MemorySliceStore:
 
 
 class FileSliceStore(MemorySliceStore):
-    """**Test-only**: the slices kept in a JSON file (a list), rewritten on every change."""
+    """**Test-only**: the slices kept in a JSON file (a list), re-read before every call (so a
+    test can delete them behind the driver's back, as a starting kubelet does) and rewritten
+    on every change."""
 
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
-        if path.exists():
-            self.slices = {s["metadata"]["name"]: s for s in json.loads(path.read_text())}
+
+    def _load(self) -> None:
+        try:
+            self.slices = {s["metadata"]["name"]: s for s in json.loads(self.path.read_text())}
+        except (OSError, ValueError):
+            self.slices = {}
 
     def _save(self) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(list(self.slices.values()), indent=1))
         os.replace(tmp, self.path)
 
+    def list(self, node: str) -> list[dict[str, Any]]:
+        self._load()
+        return super().list(node)
+
     def apply(self, body: Mapping[str, Any]) -> None:
+        self._load()
         super().apply(body)
         self._save()
 
     def delete(self, name: str) -> None:
+        self._load()
         super().delete(name)
         self._save()
 

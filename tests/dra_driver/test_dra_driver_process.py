@@ -217,6 +217,26 @@ def test_an_unhealthy_gpu_leaves_the_slices(driver: DriverProcess) -> None:
     kubelet.close()
 
 
+def test_slices_wiped_by_a_starting_kubelet_come_back_at_registration(
+    driver: DriverProcess
+) -> None:
+    """A starting kubelet deletes its node's ResourceSlices, then registers the plugin again:
+    the driver republishes at once (not at its next resync, 30 s here)."""
+    driver.start()
+
+    def devices() -> int:
+        return sum(len(s["spec"].get("devices", [])) for s in driver.published())
+
+    wait_for(lambda: devices() == 24, what="the first publication")
+    driver.slices.write_text("[]")  # the kubelet's wipeResourceSlices
+    kubelet = DRAKubeletStub(driver.root / "reg")
+    kubelet.register()
+    wait_for(lambda: devices() == 24, 10, "the slices to be republished")
+    # one generation up: consumers that kept the old slices must drop them
+    assert {s["spec"]["pool"]["generation"] for s in driver.published()} == {2}
+    kubelet.close()
+
+
 def test_bad_settings_exit_2_and_a_foreign_checkpoint_exits_1(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
