@@ -63,3 +63,22 @@ def test_slices_the_pool_no_longer_needs_are_deleted() -> None:
     other = SlicePublisher(store, TOPO, "n2")
     other.sync(frozenset())
     assert len(store.slices) == 4  # another node's pool is not ours to touch
+
+
+def test_a_real_node_reads_pcie_roots_from_sysfs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """As k8s.io/dynamic-resource-allocation/deviceattribute does: /sys/bus/pci/devices/<bdf>
+    links into /sys/devices/pci<domain>:<bus>/...; GPUs without a link keep the topology's."""
+    import os
+
+    from dra_driver.driver import sysfs_pcie_roots
+    from topology.dra import pcie_roots
+
+    devices = tmp_path / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True)
+    os.symlink("../../../devices/pci0000:00/0000:00:02.0/0000:03:00.0/0000:06:00.0",
+               devices / "0000:06:00.0")
+    os.symlink("../../../devices/pci0000:80/0000:80:01.0/0000:85:00.0",
+               devices / "0000:85:00.0")
+    roots = sysfs_pcie_roots(TOPO, tmp_path)
+    assert roots[0] == "pci0000:00" and roots[4] == "pci0000:80"
+    assert roots[1] == pcie_roots(TOPO)[1]  # no link: derived from the PCIe levels
