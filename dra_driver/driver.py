@@ -17,12 +17,18 @@ from typing import Any
 
 import grpc
 
-from dra_driver.api import dra_v1_pb2_grpc, dra_v1beta1_pb2_grpc, pluginregistration_pb2_grpc
+from dra_driver.api import (
+    dra_health_pb2_grpc,
+    dra_v1_pb2_grpc,
+    dra_v1beta1_pb2_grpc,
+    pluginregistration_pb2_grpc,
+)
 from dra_driver.checkpoint import Checkpoint, CheckpointError
 from dra_driver.prepare import ClaimSource, FileClaimSource, KubeClaimSource, Preparer
 from dra_driver.server import (
     DRAPluginV1beta1Servicer,
     DRAPluginV1Servicer,
+    HealthServicer,
     RegistrationServicer,
     SocketWatcher,
 )
@@ -47,7 +53,7 @@ from gpunode.publish import (
 )
 from gpunode.signals import run_until_signalled
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
-from topology.dra import DRIVER, pci_bus_id, pcie_roots
+from topology.dra import DRIVER, gpu_devices, pci_bus_id, pcie_roots
 from topology.model import Topology, TopologyError
 from topology.sources import describe_memory
 
@@ -144,11 +150,20 @@ class DRADriver:
             self.registration = RegistrationServicer(s.dra_socket, self.slice_loop.kick)
             registration = self.registration
 
+            names = {g.index: [d["name"] for d in gpu_devices(self.topology, g.index,
+                                                            slots=s.shared_slots,
+                                                            shares=s.shares, roots={})]
+                     for g in self.topology.gpus}
+            health = HealthServicer(names, s.node_name,
+                                    {g.index: g.uuid for g in self.topology.gpus},
+                                    self.health, self.stop_event)
+
             def add_dra(server: grpc.Server) -> None:
                 dra_v1_pb2_grpc.add_DRAPluginServicer_to_server(
                     DRAPluginV1Servicer(preparer), server)
                 dra_v1beta1_pb2_grpc.add_DRAPluginServicer_to_server(
                     DRAPluginV1beta1Servicer(preparer), server)
+                dra_health_pb2_grpc.add_DRAResourceHealthServicer_to_server(health, server)
 
             def add_reg(server: grpc.Server) -> None:
                 pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(

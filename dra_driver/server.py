@@ -9,7 +9,9 @@ services in ``supported_versions`` (``v1.DRAPlugin``, ``v1beta1.DRAPlugin``; the
 takes the first one it also speaks). It dials the endpoint, answers
 ``NotifyRegistrationStatus``, and from then on calls ``NodePrepareResources`` /
 ``NodeUnprepareResources`` of the chosen service for the claims of the pods it starts and
-stops. Both services are thin: every claim goes to :class:`~dra_driver.prepare.Preparer`.
+stops. Both services are thin: every claim goes to :class:`~dra_driver.prepare.Preparer`. On
+the same socket, ``v1alpha1.DRAResourceHealth`` streams the devices' health to the kubelet
+(:class:`HealthServicer`).
 
 :class:`gpunode.grpcserver.UnixServer` serves each socket; :class:`SocketWatcher`
 restarts a server whose socket file was removed or replaced (a kubelet or node cleanup), as
@@ -20,13 +22,16 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast
 
 import grpc
 
 from dra_driver.api import DRA_PLUGIN_TYPE, DRA_SERVICES
+from dra_driver.api import dra_health_pb2 as health_pb
+from dra_driver.api import dra_health_pb2_grpc as health_grpc
 from dra_driver.api import dra_v1_pb2 as v1
 from dra_driver.api import dra_v1_pb2_grpc as v1_grpc
 from dra_driver.api import dra_v1beta1_pb2 as v1beta1
@@ -35,6 +40,7 @@ from dra_driver.api import pluginregistration_pb2 as reg
 from dra_driver.api import pluginregistration_pb2_grpc as reg_grpc
 from dra_driver.prepare import PreparedDevice, Preparer
 from gpunode.grpcserver import UnixServer
+from gpunode.health import HealthState
 from topology.dra import DRIVER
 
 log = logging.getLogger(__name__)
@@ -77,6 +83,63 @@ class RegistrationServicer(reg_grpc.RegistrationServicer):
             self.registered.clear()
             log.error("the kubelet refused the registration of %s: %s", DRIVER, request.error)
         return reg.RegistrationStatusResponse()
+
+
+class HealthServicer(health_grpc.DRAResourceHealthServicer):
+    """``v1alpha1.DRAResourceHealth``: the health of every device of this node, streamed to
+    the kubelet (which shows it in the ``allocatedResourcesStatus`` of pods holding the
+    devices; gate ``ResourceHealthStatus``, beta in 1.36). A full list at once, at every
+    health change, and at least every ``interval_s`` — the kubelet takes a device whose
+    report is older than ``health_check_timeout_seconds`` as Unknown.
+
+    Args:
+        devices: GPU index → the names of its devices in the slices.
+        pool: the pool (node name).
+        uuids: GPU index → UUID.
+        health: the GPUs' health.
+        stop: set on shutdown (ends the streams).
+        interval_s: the longest gap between two reports.
+    """
+
+    def __init__(self, devices: Mapping[int, Sequence[str]], pool: str,
+                 uuids: Mapping[int, str], health: HealthState, stop: threading.Event,
+                 interval_s: float = 10.0) -> None:
+        self.devices = devices
+        self.pool = pool
+        self.uuids = uuids
+        self.health = health
+        self.stop = stop
+        self.interval_s = interval_s
+
+    def report(self) -> health_pb.NodeWatchResourcesResponse:
+        """One full report, as of now."""
+        reasons = self.health.reasons()
+        now = int(time.time())
+        out = []
+        for index, names in sorted(self.devices.items()):
+            uuid = self.uuids[index]
+            bad = uuid in reasons
+            xid = reasons.get(uuid)
+            message = (f"GPU {index} ({uuid}): " + (f"critical XID {xid}" if xid is not None
+                                                   else "NVML query failed")) if bad else ""
+            for name in names:
+                out.append(health_pb.DeviceHealth(
+                    device=health_pb.DeviceIdentifier(pool_name=self.pool, device_name=name),
+                    health=health_pb.UNHEALTHY if bad else health_pb.HEALTHY,
+                    last_updated_time=now,
+                    health_check_timeout_seconds=int(3 * self.interval_s),
+                    message=message))
+        return health_pb.NodeWatchResourcesResponse(devices=out)
+
+    def NodeWatchResources(self, request: health_pb.NodeWatchResourcesRequest,
+                           context: grpc.ServicerContext
+                           ) -> Iterator[health_pb.NodeWatchResourcesResponse]:
+        seen = self.health.version
+        yield self.report()
+        while not self.stop.is_set() and context.is_active():
+            seen = self.health.wait_change(seen, timeout=self.interval_s)
+            if not self.stop.is_set():
+                yield self.report()
 
 
 def _devices(pb: Any, devices: Sequence[PreparedDevice]) -> list[Any]:

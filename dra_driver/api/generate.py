@@ -17,7 +17,13 @@ local control plane is built from, ``scripts/k8s-versions.env``):
   (service ``Registration``: ``GetInfo``, ``NotifyRegistrationStatus``, served by the plugin
   on its registration socket for the kubelet's plugin watcher).
 
-Outputs: ``dra_v1.proto``, ``dra_v1beta1.proto``, ``pluginregistration.proto`` and their
+* ``upstream/dra-health-v1alpha1-api.proto`` — ``pkg/apis/dra-health/v1alpha1/api.proto``
+  (service ``DRAResourceHealth``: ``NodeWatchResources``, the devices' health streamed to the
+  kubelet, which shows it in the pods' ``allocatedResourcesStatus``; gate
+  ``ResourceHealthStatus``, beta and on by default in 1.36).
+
+Outputs: ``dra_v1.proto``, ``dra_v1beta1.proto``, ``pluginregistration.proto``,
+``dra_health.proto`` and their
 ``*_pb2.py``, ``*_pb2.pyi``, ``*_pb2_grpc.py`` (:mod:`gpunode.protogen`).
 """
 
@@ -38,6 +44,8 @@ SOURCES = (
     ProtoSource("dra-v1beta1-api.proto", "pkg/apis/dra/v1beta1/api.proto", "dra_v1beta1.proto"),
     ProtoSource("pluginregistration-v1-api.proto", "pkg/apis/pluginregistration/v1/api.proto",
                 "pluginregistration.proto"),
+    ProtoSource("dra-health-v1alpha1-api.proto", "pkg/apis/dra-health/v1alpha1/api.proto",
+                "dra_health.proto"),
 )
 
 PACKAGE = protogen.ProtoPackage(PACKAGE_DIR, Path("dra_driver") / "api", UPSTREAM_MODULE,

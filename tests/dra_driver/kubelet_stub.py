@@ -18,6 +18,8 @@ from typing import Any
 
 import grpc
 
+from dra_driver.api import dra_health_pb2 as health_pb
+from dra_driver.api import dra_health_pb2_grpc as health_grpc
 from dra_driver.api import dra_v1_pb2 as v1
 from dra_driver.api import dra_v1_pb2_grpc as v1_grpc
 from dra_driver.api import dra_v1beta1_pb2 as v1beta1
@@ -107,6 +109,13 @@ class DRAKubeletStub:
         req = pb.NodeUnprepareResourcesRequest(
             claims=[pb.Claim(namespace=c.namespace, name=c.name, uid=c.uid) for c in claims])
         return self._stub.NodeUnprepareResources(req, timeout=30, wait_for_ready=True)
+
+    def watch_health(self) -> Any:
+        """``NodeWatchResources`` on the plugin's endpoint: an iterator of reports (the
+        kubelet's health stream, gate ResourceHealthStatus)."""
+        assert self._channel is not None
+        return health_grpc.DRAResourceHealthStub(self._channel).NodeWatchResources(
+            health_pb.NodeWatchResourcesRequest(), timeout=60)
 
     def close(self) -> None:
         if self._channel is not None:

@@ -30,6 +30,11 @@ def test_wire_names_match_upstream() -> None:
     assert set(pluginregistration_pb2.DESCRIPTOR.services_by_name["Registration"]
                .methods_by_name) == {"GetInfo", "NotifyRegistrationStatus"}
     assert DRA_SERVICES == ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+    from dra_driver.api import dra_health_pb2
+
+    assert dra_health_pb2.DESCRIPTOR.package == "v1alpha1"
+    assert set(dra_health_pb2.DESCRIPTOR.services_by_name["DRAResourceHealth"]
+               .methods_by_name) == {"NodeWatchResources"}
 
 
 def _module_dir() -> Path | None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from dra_driver.api import dra_health_pb2 as health_pb
 from dra_driver.cdi import read_spec, spec_path
 from tests.dra_driver.helpers import claim, write_claims
 from tests.dra_driver.kubelet_stub import Claim, DRAKubeletStub
@@ -201,6 +202,14 @@ def test_an_unhealthy_gpu_leaves_the_slices(driver: DriverProcess) -> None:
 
     wait_for(lambda: len(devices()) == 24, what="the first publication")
     assert {s["spec"]["pool"]["generation"] for s in driver.published()} == {1}
+    kubelet = DRAKubeletStub(driver.root / "reg")
+    kubelet.register()
+    stream = kubelet.watch_health()
+    first = next(stream)
+    assert len(first.devices) == 24 and {d.health for d in first.devices} == {
+        health_pb.HEALTHY}
+    assert all(d.device.pool_name == NODE and d.health_check_timeout_seconds == 30
+               for d in first.devices)
     with open(driver.xid, "a") as f:
         f.write("2 48\n")  # a double-bit ECC error: critical
     wait_for(lambda: len(devices()) == 21, what="GPU 2 to leave the slices")
@@ -210,8 +219,12 @@ def test_an_unhealthy_gpu_leaves_the_slices(driver: DriverProcess) -> None:
     wait_for(lambda: json.loads(driver.node.read_text())["annotations"][ANN_UNHEALTHY_GPUS]
              == "2", what="the Node annotation")
     assert node["node"] == NODE
-    kubelet = DRAKubeletStub(driver.root / "reg")
-    kubelet.register()
+    report = next(stream)  # the health stream reports the change at once
+    bad = {d.device.device_name: d.message for d in report.devices
+           if d.health == health_pb.UNHEALTHY}
+    assert set(bad) == {"gpu-2", "gpu-2-share", "gpu-2-slot"}
+    assert "critical XID 48" in bad["gpu-2"]
+    stream.cancel()
     err = kubelet.prepare(_ref(c)).claims[c["metadata"]["uid"]].error
     assert "GPU 2 of node dgx-0 is unhealthy" in err
     kubelet.close()
