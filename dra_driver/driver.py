@@ -169,7 +169,8 @@ class DRADriver:
                 pluginregistration_pb2_grpc.add_RegistrationServicer_to_server(
                     registration, server)
 
-            self.servers = [UnixServer(s.dra_socket, add_dra, "dra"),
+            # 8 handlers: the kubelet holds one for its health stream while it prepares claims
+            self.servers = [UnixServer(s.dra_socket, add_dra, "dra", max_workers=8),
                             UnixServer(s.registration_socket, add_reg, "registration")]
         self.watcher = SocketWatcher(self.servers, s.watch_interval_s)
 
