@@ -52,18 +52,51 @@ Choices the paper leaves open, and ours:
 * **Nodes of one kind.** A configuration is (n, g); nodes with the same GPU model, GPU count
   and power profile have the same t_jng and c_ng, so the search runs over these *node
   classes*, and a configuration's node is chosen inside its class: the job's current node
-  when it fits there (no needless migration), else the best fit (fewest free GPUs left,
-  then the lowest index). This is the same search, without trying equal-cost nodes one by
-  one.
+  when it fits there (no needless migration), else the best fit (fewest free GPUs left). This
+  is the same search, without trying equal-cost nodes one by one.
 * **The first iteration is the pure greedy** (no swap, no deviation), so the plan is never
-  worse under f_OBJ than Algorithm 1's deterministic rule.
+  worse under f_OBJ than Algorithm 1's deterministic rule; **the second is the incumbent**
+  (running jobs stay, waiting jobs fill the free GPUs by the rule).
 * **Ties in f_OBJ** (within 1e-9 EUR) go to the schedule that moves fewer running jobs.
 * ASSIGN_TO_SUBOPTIMAL also tries configurations outside D*_j (as the fastest-first fallback
   does when D*_j is empty): a job is postponed only when no free GPUs can hold it.
 * π = 0.1 and α = 0.1: the paper gives no values.
 
-Pure: no I/O, no clock. Randomness comes from ``random.Random(settings.seed)``, created per
-call: the same input gives the same plan.
+**Where the default planner departs from the paper** (each is a setting;
+:meth:`PlannerSettings.paper` turns them all off, which is the simulator's
+``andreas-paper``):
+
+* **Moves are charged** (:attr:`PlannerSettings.move_penalty_eur`, ``restart_s``). ANDREAS'
+  simulator ignores reconfiguration (§V-C) and Eq. 1 has no term for it, so Algorithm 1
+  moves and preempts running jobs for any gain in f_OBJ, however small, each time throwing
+  away the epoch in progress. Schedules are compared on f_OBJ plus, for every running job the
+  schedule moves, resizes or preempts, its lost work and restart priced at its node's c_ng
+  and a fixed charge (:func:`reconfiguration_eur`): a move must pay for itself.
+* **Idle power is shared** (:attr:`PlannerSettings.shared_idle`). c_ng charges the whole
+  idle power of node n to a job on g of its G_n GPUs, as if it ran there alone; on a node
+  that runs several jobs they share it. The rule's cost of a configuration (and π) then uses
+  g · c_{nG_n} / G_n, the job's share of a fully busy node: on 2-GPU T4 nodes the paper's
+  c_ng makes two GPUs look cheaper than one for jobs that run 1.4× faster on two, while they
+  cost half again as much energy on a node shared with another job.
+* **Early stopping** (:attr:`PlannerSettings.patience`): the randomised iterations stop once
+  that many in a row found no better schedule. Most points' best schedule is the greedy or
+  the incumbent; this is where most of the time went.
+* **Local search** (:attr:`PlannerSettings.local_search`): the best schedule is improved by
+  moving one job to another configuration or node, and by swapping two jobs'
+  configurations, while f_OBJ (with the move charge) goes down (:func:`_local_search`).
+
+The search's randomness is Python's ``random.Random(settings.seed)``, created per call and
+drawn in the same order as before issue 22's rewrite: with :meth:`PlannerSettings.paper`
+the plan is exactly the one the earlier implementation made for the same seed
+(``benchmarks/andreas_reference.py``; pinned by tests).
+
+**Speed.** Per point, the configurations of every job are evaluated per node class with numpy
+(t_jng · c_ng for all jobs and classes in a few array operations, and one ``lexsort`` for
+every job's candidate order; per-epoch time rows are kept across points in a
+:class:`PlanCache` the caller owns), each schedule is built on flat Python lists, and a
+schedule is abandoned as soon as a lower bound of its f_OBJ exceeds the best one's.
+
+Pure: no I/O, no clock. The same input gives the same plan.
 """
 
 from __future__ import annotations
@@ -72,8 +105,11 @@ import math
 import random
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
 
 from topology.planning.energy import EnergyPrice, PowerProfile, gpu_model_key, node_cost_eur_per_h
 from topology.planning.profiles import Config
@@ -84,6 +120,15 @@ DEFAULT_MAX_ITERATIONS = 1000
 DEFAULT_RHO = 100.0
 #: ANDREAS Appendix B: "the Job Manager invokes the Job Optimizer periodically every 5 minutes".
 DEFAULT_INTERVAL_S = 300.0
+#: The fixed charge per running job moved, resized or preempted, EUR: about two 5-minute
+#: intervals of a busy one-GPU V100 node at ARMIDA's price; picked from {0.005, 0.01, 0.02,
+#: 0.04, 0.1} on andreas-s1/s2 at N = 10, seeds 1-2 (docs/planner.md).
+DEFAULT_MOVE_PENALTY_EUR = 0.02
+#: How long a GPU a used node leaves free is expected to stay free, s: picked from {300, 900,
+#: 1800, 3600, 7200} on andreas-s1/s2 at N = 10, seeds 1-3 (docs/planner.md).
+DEFAULT_VACANCY_S = 1800.0
+#: Randomised iterations in a row without a better schedule before the search stops.
+DEFAULT_PATIENCE = 50
 #: f_OBJ values closer than this (EUR) are equal.
 TIE_EUR = 1e-9
 
@@ -154,7 +199,8 @@ class PlanJob:
 
 @dataclass(frozen=True)
 class PlannerSettings:
-    """Parameters of the optimizer (module docstring).
+    """Parameters of the optimizer (module docstring). The defaults are gputopo's planner;
+    :meth:`paper` gives ANDREAS' Algorithm 1 as published.
 
     Attributes:
         rho: ρ, postponement penalty coefficient (default 100, §V-B).
@@ -168,7 +214,25 @@ class PlannerSettings:
             restart from its snapshot), s, added to t_jng of every configuration other than
             its current one; 0 as in ANDREAS' simulator.
         move_penalty_eur: a fixed charge per running job the plan moves, resizes or
-            preempts, EUR (0 = the paper; see :func:`reconfiguration_eur`).
+            preempts, EUR (default :data:`DEFAULT_MOVE_PENALTY_EUR`; 0 = the paper; see
+            :func:`reconfiguration_eur`).
+        shared_idle: price a configuration at its share of a fully busy node, g · c_nG / G
+            (True, default), or at c_ng as if the job ran alone on the node (False: the
+            paper).
+        energy_term: the energy term of f_OBJ: ``"first-ending"``, Eq. 1's Σ α_jn π_jn (the
+            paper), or ``"all"`` (default), Σ_j π_j over every job — a running job at its
+            configuration's π, a waiting one at its cheapest configuration's (the energy it
+            will cost at best whenever it runs), so that only the energy a schedule spends
+            above each job's cheapest configuration counts, and leaving GPUs idle earns
+            nothing. Used nodes add, per GPU they leave free, its share of their idle power
+            for ``vacancy_s`` (only with ``shared_idle``).
+        vacancy_s: how long a free GPU of a used node is expected to stay free (until a new
+            job takes it), s (default :data:`DEFAULT_VACANCY_S`).
+        patience: stop the randomised iterations after this many in a row found no better
+            schedule (default :data:`DEFAULT_PATIENCE`); None runs all ``max_iterations``
+            (the paper).
+        local_search: improve the best schedule by one-job moves and two-job swaps (default
+            True; False: the paper).
     """
 
     rho: float = DEFAULT_RHO
@@ -179,7 +243,12 @@ class PlannerSettings:
     alpha: float = 0.1
     seed: int = 0
     restart_s: float = 0.0
-    move_penalty_eur: float = 0.0
+    move_penalty_eur: float = DEFAULT_MOVE_PENALTY_EUR
+    shared_idle: bool = True
+    energy_term: Literal["first-ending", "all"] = "all"
+    vacancy_s: float = DEFAULT_VACANCY_S
+    patience: int | None = DEFAULT_PATIENCE
+    local_search: bool = True
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rho) and self.rho >= 0):
@@ -192,10 +261,38 @@ class PlannerSettings:
             raise PlanningError("restart_s must be a non-negative number of seconds")
         if not (math.isfinite(self.move_penalty_eur) and self.move_penalty_eur >= 0):
             raise PlanningError("move_penalty_eur must be a non-negative number")
+        if self.patience is not None and self.patience < 1:
+            raise PlanningError("patience must be at least 1 (or None: every iteration)")
+        if not (math.isfinite(self.vacancy_s) and self.vacancy_s >= 0):
+            raise PlanningError("vacancy_s must be a non-negative number of seconds")
+        if self.energy_term not in ("first-ending", "all"):
+            raise PlanningError("energy_term must be 'first-ending' or 'all'")
+        if self.local_search and self.energy_term != "all":
+            raise PlanningError("local_search needs energy_term='all' (a job's cost must not "
+                                "depend on its neighbours)")
         for name in ("swap_probability", "alpha"):
             v = getattr(self, name)
             if not (0.0 <= v <= 1.0):
                 raise PlanningError(f"{name} must be in [0, 1]")
+
+    @classmethod
+    def paper(cls, **overrides: Any) -> PlannerSettings:
+        """ANDREAS' Algorithm 1 as published: no move charge (the lost epoch in progress
+        only), c_ng with the node's whole idle power, every one of MaxIt_RG iterations, no
+        local search; ``overrides`` set the other fields (rho, max_iterations, seed, ...).
+
+        Raises:
+            PlanningError: a bad value.
+        """
+        base: dict[str, Any] = {"move_penalty_eur": 0.0, "shared_idle": False,
+                                "energy_term": "first-ending", "patience": None,
+                                "local_search": False}
+        return cls(**{**base, **overrides})
+
+    def as_paper(self) -> PlannerSettings:
+        """These settings with the paper's choices (:meth:`paper`), the rest kept."""
+        return replace(self, move_penalty_eur=0.0, shared_idle=False,
+                       energy_term="first-ending", patience=None, local_search=False)
 
 
 @dataclass(frozen=True)
@@ -205,20 +302,21 @@ class Objective:
     Attributes:
         tardiness_eur: Σ ω_j τ_j.
         worst_case_eur: Σ ρ ω_j τ̂_j.
-        first_ending_eur: Σ α_jn π_jn.
+        energy_eur: Σ α_jn π_jn (Eq. 1, :attr:`PlannerSettings.energy_term` = first-ending)
+            or Σ_j π_j (``all``: a waiting job at its cheapest configuration's π).
         reconfiguration_eur: not in Eq. 1 — the cost of moving or preempting running jobs
             (:func:`reconfiguration_eur`); 0 for a schedule that keeps every running job.
     """
 
     tardiness_eur: float
     worst_case_eur: float
-    first_ending_eur: float
+    energy_eur: float
     reconfiguration_eur: float = 0.0
 
     @property
     def total_eur(self) -> float:
         """f_OBJ of Eq. 1, EUR."""
-        return self.tardiness_eur + self.worst_case_eur + self.first_ending_eur
+        return self.tardiness_eur + self.worst_case_eur + self.energy_eur
 
     @property
     def selection_eur(self) -> float:
@@ -235,7 +333,8 @@ class JobDecision:
         placement: where it runs from now, or None (postponed / preempted / waiting).
         exec_time_s: t_jng of that placement, s (None when postponed).
         predicted_finish_s: T_c + t_jng, s (None when postponed).
-        energy_cost_eur: t_jng · c_ng, the job's energy cost on that placement (π_jn), EUR.
+        energy_cost_eur: t_jng · c_ng, the job's energy cost on that placement (π_jn), EUR
+            (with :attr:`PlannerSettings.shared_idle`, its share of the node's idle power).
         tardiness_s: predicted lateness at finish, s (0 when on time; None when postponed).
         reason: one line on why (chosen rule, fallback, postponement).
     """
@@ -258,9 +357,11 @@ class Plan:
         decisions: job id → :class:`JobDecision`, in the order the jobs were given.
         objective: f_OBJ of the plan.
         iterations: iterations run (those abandoned early included).
-        best_iteration: the iteration that built the plan (0 = the pure greedy).
+        best_iteration: the iteration that built the plan (0 = the pure greedy, 1 = the
+            incumbent when a job runs), before the local search.
         greedy_objective: f_OBJ of the pure greedy (iteration 0).
         pressure_s: Δ_j of every job (Eq. 2), s (inf for a job no node can run).
+        local_moves: changes the local search made to the best schedule (0 without it).
     """
 
     now_s: float
@@ -270,6 +371,7 @@ class Plan:
     best_iteration: int
     greedy_objective: Objective
     pressure_s: dict[str, float]
+    local_moves: int = 0
 
     def placement(self, job: str) -> Placement | None:
         """Where ``job`` runs, or None."""
@@ -314,14 +416,27 @@ def slowest_time_s(job: PlanJob, nodes: Sequence[PlanNode]) -> float | None:
     return max(times) if times else None
 
 
+def cost_eur_per_h(node: PlanNode, gpus: int, settings: PlannerSettings | None = None) -> float:
+    """The hourly energy cost the planner charges a job on ``gpus`` GPUs of ``node``, EUR/h:
+    c_ng (Table I) or, with :attr:`PlannerSettings.shared_idle`, g · c_nG / G — the job's
+    share of the node fully busy."""
+    s = settings or PlannerSettings()
+    if s.shared_idle:
+        return gpus * node_cost_eur_per_h(node.power, node.gpus, s.price) / node.gpus
+    return node_cost_eur_per_h(node.power, gpus, s.price)
+
+
 def reconfiguration_eur(job: PlanJob, nodes: Sequence[PlanNode],
                         settings: PlannerSettings | None = None) -> float:
     """What moving, resizing or preempting running job ``job`` throws away, EUR (0 for a job
     that does not run): the energy of the work since its last snapshot and of the restart,
-    (progress_s + restart_s) · c_ng of its current placement, plus
+    (progress_s + restart_s) · c of its current placement (:func:`cost_eur_per_h`), plus
     :attr:`PlannerSettings.move_penalty_eur`. Not part of Eq. 1 (ANDREAS' simulator ignores
     reconfiguration, §V-C); Algorithm 1 adds it to f_OBJ when it compares schedules, so that a
     move must pay for itself.
+
+    Raises:
+        PlanningError: the job runs on a node not in ``nodes``.
     """
     s = settings or PlannerSettings()
     if job.current is None:
@@ -329,17 +444,38 @@ def reconfiguration_eur(job: PlanJob, nodes: Sequence[PlanNode],
     node = next((n for n in nodes if n.name == job.current.node), None)
     if node is None:
         raise PlanningError(f"job {job.id}: runs on unknown node {job.current.node!r}")
-    c = node_cost_eur_per_h(node.power, job.current.gpus, s.price) / 3600.0
+    c = cost_eur_per_h(node, job.current.gpus, s) / 3600.0
     return (job.progress_s + s.restart_s) * c + s.move_penalty_eur
+
+
+def _job_times(job: PlanJob, nodes: Sequence[PlanNode],
+               settings: PlannerSettings) -> list[tuple[float, float]]:
+    """(t_jng, π_jng) of every configuration job ``job`` could take now: restart time added
+    when it runs elsewhere, its progress kept on its current placement."""
+    out: list[tuple[float, float]] = []
+    for node in nodes:
+        for g in range(1, node.gpus + 1):
+            t = execution_time_s(job, node, g)
+            if t is None:
+                continue
+            c = cost_eur_per_h(node, g, settings) / 3600.0
+            if job.current is not None:
+                if job.current == Placement(node.name, g):
+                    stay = max(t - job.progress_s, 1e-6)
+                    out.append((stay, stay * c))
+                t += settings.restart_s
+            out.append((t, t * c))
+    return out
 
 
 def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
               schedule: Mapping[str, Placement | None],
               settings: PlannerSettings | None = None) -> Objective:
     """f_OBJ of Eq. 1 for ``schedule`` (job id → placement or None), EUR; the module
-    docstring gives each term, and ``reconfiguration_eur`` the cost of the running jobs it
-    moves (:func:`reconfiguration_eur`). A reference implementation: Algorithm 1 accumulates
-    the same sums while it builds a schedule.
+    docstring gives each term (the energy term per :attr:`PlannerSettings.energy_term`), and
+    ``reconfiguration_eur`` the cost of the running jobs it moves
+    (:func:`reconfiguration_eur`). A reference implementation: Algorithm 1 accumulates the
+    same sums while it builds a schedule.
 
     Raises:
         PlanningError: a placement on an unknown node, a configuration the job has no profile
@@ -349,7 +485,7 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
     by_name = {n.name: n for n in nodes}
     used: dict[str, int] = {}
     first: dict[str, tuple[float, float]] = {}  # node -> (t, π) of its first-ending job
-    tard = worst = moves = 0.0
+    tard = worst = moves = energy = 0.0
     for job in jobs:
         where = schedule.get(job.id)
         w = job.weight_eur_per_h / 3600.0  # EUR per second late
@@ -360,6 +496,8 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             tard += w * max(0.0, now_s - job.due_s)
             if m is not None:
                 worst += s.rho * w * max(0.0, now_s + s.interval_s + m - job.due_s)
+            if s.energy_term == "all":
+                energy += min((pi for _, pi in _job_times(job, nodes, s)), default=0.0)
             continue
         node = by_name.get(where.node)
         if node is None:
@@ -376,35 +514,49 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             raise PlanningError(f"node {node.name}: {used[node.name]} GPUs planned, has "
                                 f"{node.gpus}")
         tard += w * max(0.0, now_s + t - job.due_s)
-        pi = t / 3600.0 * node_cost_eur_per_h(node.power, where.gpus, s.price)
+        pi = t / 3600.0 * cost_eur_per_h(node, where.gpus, s)
+        energy += pi
         if node.name not in first or (t, pi) < first[node.name]:
             first[node.name] = (t, pi)
-    return Objective(tard, worst, sum(pi for _, pi in first.values()), moves)
+    if s.energy_term == "first-ending":
+        energy = sum(pi for _, pi in first.values())
+    elif s.shared_idle:  # the idle power of the GPUs used nodes leave free
+        for name, busy in used.items():
+            node = by_name[name]
+            if 0 < busy < node.gpus:
+                idle = node_cost_eur_per_h(node.power, 0, s.price) / 3600.0
+                energy += idle * s.vacancy_s / node.gpus * (node.gpus - busy)
+    return Objective(tard, worst, energy, moves)
 
 
 # ------------------------------------------------------------------------------ the search
 
 
-@dataclass(frozen=True)
-class _Option:
-    """One configuration of one job: node class, GPUs, t_jng, π (= t · c_ng)."""
+class _Option(NamedTuple):
+    """One configuration of one job: node class, GPUs, t_jng, π (= t · c), and the node it
+    is bound to (>= 0: the job's current node, where it keeps its progress; -1: any node of
+    the class). A configuration spanning several nodes (a gang) would add its node count
+    here; the search below places an option on one node."""
 
     cls: int
     gpus: int
     time_s: float
     cost_eur: float
-    node: int = -1  # >= 0: only on this node (the job's current one: it keeps its progress)
+    node: int = -1
 
 
-@dataclass
+_NO_OPTIONS: tuple[_Option, ...] = ()
+
+
+@dataclass(slots=True)
 class _JobData:
     job: PlanJob
     index: int
     weight: float  # EUR per second late
     due: float
-    ordered: list[_Option]  # D* by cost, then the rest by time (ASSIGN_TO_SUBOPTIMAL order)
+    ordered: tuple[_Option, ...]  # D* by cost, then the rest by time (ASSIGN_TO_SUBOPTIMAL)
     in_dstar: int  # how many of ``ordered`` meet the due date
-    draw: list[_Option]  # the randomised choice's candidates ...
+    draw: tuple[_Option, ...]  # the randomised choice's candidates ...
     draw_cum: list[float]  # ... and their cumulative weights (∝ 1/cost or 1/time)
     postponed_eur: float  # ω τ + ρ ω τ̂ if postponed
     pressure: float  # Δ_j, s
@@ -412,6 +564,7 @@ class _JobData:
     current_gpus: int
     stay: _Option | None  # the option bound to the current node, if the job runs
     move_eur: float  # reconfiguration_eur of the job
+    min_cost: float  # the lowest π of its options (0 without options)
 
 
 def _validate(nodes: Sequence[PlanNode], jobs: Sequence[PlanJob]) -> dict[str, int]:
@@ -447,9 +600,20 @@ def _validate(nodes: Sequence[PlanNode], jobs: Sequence[PlanJob]) -> dict[str, i
 
 
 class _Classes:
-    """Nodes grouped by (GPU model, GPU count, power): equal t_jng and c_ng."""
+    """Nodes grouped by (GPU model, GPU count, power): equal t_jng and c_ng.
 
-    def __init__(self, nodes: Sequence[PlanNode], price: EnergyPrice) -> None:
+    Attributes:
+        members: node indices per class, ascending.
+        of: the class of each node.
+        info: (GPU model key, G, power) per class.
+        cost_per_s: per class and g = 0..G, the hourly cost the rule charges / 3600 (EUR/s):
+            c_ng, or g · c_nG / G with ``shared_idle``.
+        configs: every (class, g) with g = 1..G, class by class: the columns of the
+            per-point time and cost arrays.
+    """
+
+    def __init__(self, nodes: Sequence[PlanNode], price: EnergyPrice,
+                 shared_idle: bool = False) -> None:
         keys: dict[tuple[str, int, PowerProfile], int] = {}
         self.members: list[list[int]] = []
         self.of: list[int] = []
@@ -460,9 +624,22 @@ class _Classes:
             self.members[c].append(i)
             self.of.append(c)
         self.info: list[tuple[str, int, PowerProfile]] = list(keys)
-        #: c_ng per class and g, EUR per second
-        self.cost_per_s = [[node_cost_eur_per_h(p, g, price) / 3600.0 for g in range(gmax + 1)]
-                           for _, gmax, p in self.info]
+        if shared_idle:
+            self.cost_per_s = [[g * node_cost_eur_per_h(p, gmax, price) / gmax / 3600.0
+                                for g in range(gmax + 1)] for _, gmax, p in self.info]
+        else:
+            self.cost_per_s = [[node_cost_eur_per_h(p, g, price) / 3600.0
+                                for g in range(gmax + 1)] for _, gmax, p in self.info]
+        #: c_n0 / 3600 per class: the idle power's cost, EUR/s
+        self.idle_per_s = [node_cost_eur_per_h(p, 0, price) / 3600.0 for _, _, p in self.info]
+        self.configs: list[tuple[int, int]] = [(c, g) for c, (_, gmax, _) in
+                                               enumerate(self.info)
+                                               for g in range(1, gmax + 1)]
+        self._template: list[list[list[int]]] = []
+        for c, (_, gmax, _) in enumerate(self.info):
+            levels: list[list[int]] = [[] for _ in range(gmax + 1)]
+            levels[gmax] = sorted(self.members[c], reverse=True)
+            self._template.append(levels)
 
     def buckets(self, free: Sequence[int]) -> list[list[list[int]]]:
         """buckets[c][k]: nodes of class c with exactly k free GPUs, highest index first (so
@@ -473,30 +650,198 @@ class _Classes:
                 out[c][free[i]].append(i)
         return out
 
+    def empty_buckets(self) -> list[list[list[int]]]:
+        """:meth:`buckets` of the cluster with every GPU free (a copy of a template)."""
+        return [[lst[:] for lst in levels] for levels in self._template]
 
-def _job_data(idx: int, job: PlanJob, classes: _Classes, node_index: Mapping[str, int],
-              now_s: float, s: PlannerSettings) -> _JobData:
+
+class PlanCache:
+    """Per-epoch time rows of jobs kept across rescheduling points: a job's row (its seconds
+    per epoch on every configuration of the node classes) is built once and reused while the
+    job's ``epoch_time_s`` is the same object (the simulator's tables are; the controller's
+    learner builds new ones when it learns). Owned by the caller — one per simulation run or
+    controller — and passed to :func:`plan`; it never changes a plan, only how fast it comes.
+
+    Args:
+        max_rows: rows kept; the cache is emptied when full.
+    """
+
+    def __init__(self, max_rows: int = 50_000) -> None:
+        self.max_rows = max_rows
+        self._rows: dict[tuple[str, tuple[Config, ...]],
+                         tuple[Mapping[Config, float], list[float]]] = {}
+
+    def row(self, job: PlanJob, keys: tuple[Config, ...]) -> list[float]:
+        """``job``'s seconds per epoch on each configuration of ``keys`` (NaN where its
+        profile has none)."""
+        ck = (job.id, keys)
+        hit = self._rows.get(ck)
+        table = job.epoch_time_s
+        if hit is not None and hit[0] is table:
+            return hit[1]
+        row = _row(table, keys)
+        if len(self._rows) >= self.max_rows:
+            self._rows.clear()
+        self._rows[ck] = (table, row)
+        return row
+
+
+def _row(table: Mapping[Config, float], keys: tuple[Config, ...]) -> list[float]:
+    nan = math.nan
+    return [float(table.get(k, nan)) for k in keys]
+
+
+def _epoch_rows(jobs: Sequence[PlanJob], classes: _Classes,
+                cache: PlanCache | None = None) -> np.ndarray:
+    """Seconds per epoch of every job (rows) on every configuration of ``classes.configs``
+    (columns), NaN where the job has no profile for it; shape (J, len(configs))."""
+    keys = tuple((classes.info[c][0], g) for c, g in classes.configs)
+    rows = ([cache.row(j, keys) for j in jobs] if cache is not None
+            else [_row(j.epoch_time_s, keys) for j in jobs])
+    return np.array(rows, dtype=np.float64).reshape(len(jobs), len(keys))
+
+
+def _all_job_data(jobs: Sequence[PlanJob], classes: _Classes, node_index: Mapping[str, int],
+                  now_s: float, s: PlannerSettings,
+                  cache: PlanCache | None = None) -> list[_JobData]:
+    """:class:`_JobData` of every job, computed per node class with numpy: t_jng and π of
+    every (job, class, g) and each job's stay option are arrays of shape (J, K + 1) (K
+    configurations, plus the one bound to a running job's node), and one ``lexsort`` orders
+    every job's candidates — D*_j by (π, t), then the rest by (t, π); ties go to the job's
+    current class, then the lower class and GPU count, then the stay option. The same lists
+    as :func:`_job_data`, job by job."""
+    n_jobs, n_cfg = len(jobs), len(classes.configs)
+    if n_jobs == 0:
+        return []
+    cfg_cls = np.array([c for c, _ in classes.configs] + [0], dtype=np.int64)
+    cfg_g = np.array([g for _, g in classes.configs] + [0], dtype=np.int64)
+    rate = np.array([classes.cost_per_s[c][g] for c, g in classes.configs], dtype=np.float64)
+    per_epoch = _epoch_rows(jobs, classes, cache)
+    remaining = np.array([j.remaining_epochs for j in jobs], dtype=np.float64)
+    times = np.empty((n_jobs, n_cfg + 1), dtype=np.float64)
+    times[:, :n_cfg] = per_epoch * remaining[:, None]  # t_jng, s; NaN where no profile
+    times[:, n_cfg] = np.nan
+    costs = np.empty_like(times)
+    here = np.full(n_jobs, -1, dtype=np.int64)  # the running job's class
+    cur_k = np.full(n_jobs, -1, dtype=np.int64)  # ... and configuration column
+    running = [i for i, j in enumerate(jobs) if j.current is not None]
+    col = {cfg: k for k, cfg in enumerate(classes.configs)}
+    for i in running:
+        cur = jobs[i].current
+        assert cur is not None
+        c = classes.of[node_index[cur.node]]
+        here[i] = c
+        cur_k[i] = col.get((c, cur.gpus), -1)
+    if running:
+        rows = np.array(running, dtype=np.int64)
+        ks = cur_k[rows]
+        ok = ks >= 0
+        r_ok, k_ok = rows[ok], ks[ok]
+        progress = np.array([jobs[i].progress_s for i in r_ok], dtype=np.float64)
+        # staying put keeps the work done since the last snapshot
+        times[r_ok, n_cfg] = np.maximum(times[r_ok, k_ok] - progress, 1e-6)
+        costs[r_ok, n_cfg] = times[r_ok, n_cfg] * rate[k_ok]
+        if s.restart_s:
+            times[rows, :n_cfg] += s.restart_s
+    costs[:, :n_cfg] = times[:, :n_cfg] * rate[None, :]
+    cfg_cls[n_cfg] = 0
+    cls_cols = np.broadcast_to(cfg_cls, times.shape).copy()
+    g_cols = np.broadcast_to(cfg_g, times.shape).copy()
+    cls_cols[:, n_cfg] = np.where(cur_k >= 0, cfg_cls[np.maximum(cur_k, 0)], 0)
+    g_cols[:, n_cfg] = np.where(cur_k >= 0, cfg_g[np.maximum(cur_k, 0)], 0)
+    missing = np.isnan(times)
+    t0 = np.where(missing, 1.0, times)
+    c0 = np.where(missing, 1.0, costs)
+    due = np.array([j.due_s for j in jobs], dtype=np.float64)
+    in_dstar = (now_s + t0 < due[:, None]) & ~missing
+    group = np.where(missing, 2, np.where(in_dstar, 0, 1))
+    first = np.where(in_dstar, c0, t0)
+    second = np.where(in_dstar, t0, c0)
+    not_here = cls_cols != here[:, None]
+    generic = np.ones(times.shape, dtype=np.int64)
+    generic[:, n_cfg] = 0
+    order = np.lexsort((generic, g_cols, cls_cols, not_here, second, first, group), axis=-1)
+    n_valid = (~missing).sum(axis=1)
+    n_dstar = in_dstar.sum(axis=1)
+    # per job, in candidate order: the randomised draw's weights (∝ 1/π over D*_j, or 1/t
+    # over all when D*_j is empty) and their running sums
+    rows = np.arange(n_jobs)[:, None]
+    t_s, c_s, grp_s = t0[rows, order], c0[rows, order], group[rows, order]
+    has_dstar = (n_dstar > 0)[:, None]
+    weight = np.where(has_dstar, np.where(grp_s == 0, 1.0 / np.maximum(c_s, 1e-12), 0.0),
+                      np.where(grp_s == 1, 1.0 / np.maximum(t_s, 1e-12), 0.0))
+    draw_cum = np.cumsum(weight, axis=1)
+    n_draw = np.where(n_dstar > 0, n_dstar, n_valid)
+    fastest = np.where(n_valid > 0, np.nanmin(np.where(missing, np.inf, times), axis=1), np.inf)
+    slowest = np.nanmax(np.where(missing, -np.inf, times), axis=1)
+    min_cost = np.where(n_valid > 0, np.min(np.where(missing, np.inf, costs), axis=1), 0.0)
+    w = np.array([j.weight_eur_per_h for j in jobs], dtype=np.float64) / 3600.0
+    postponed = w * np.maximum(0.0, now_s - due)
+    postponed = np.where(n_valid > 0, postponed + s.rho * w * np.maximum(
+        0.0, now_s + s.interval_s + slowest - due), postponed)
+    pressure = np.where(n_valid > 0, now_s + fastest - due, np.inf)
+    new = tuple.__new__
+    order_l = order.tolist()
+    t_l, c_l = times.tolist(), costs.tolist()
+    cls_l, g_l = cls_cols.tolist(), g_cols.tolist()
+    cum_l = draw_cum.tolist()
+    out: list[_JobData] = []
+    for idx, (job, nv, nd, ndraw, wi, post, pr, mc) in enumerate(zip(
+            jobs, n_valid.tolist(), n_dstar.tolist(), n_draw.tolist(), w.tolist(),
+            postponed.tolist(), pressure.tolist(), min_cost.tolist(), strict=True)):
+        cur = job.current
+        cur_node = node_index[cur.node] if cur is not None else -1
+        ti, ci, cl, gl = t_l[idx], c_l[idx], cls_l[idx], g_l[idx]
+        ordered = tuple([new(_Option, (cl[k], gl[k], ti[k], ci[k],
+                                       cur_node if k == n_cfg else -1))
+                         for k in order_l[idx][:nv]])
+        stay = None
+        move = 0.0
+        if cur is not None:
+            stay = next((o for o in ordered if o.node >= 0), None)
+            c_now = classes.cost_per_s[classes.of[cur_node]][cur.gpus]
+            move = (job.progress_s + s.restart_s) * c_now + s.move_penalty_eur
+        out.append(_JobData(
+            job=job, index=idx, weight=wi, due=job.due_s, ordered=ordered, in_dstar=nd,
+            draw=ordered[:ndraw], draw_cum=cum_l[idx][:ndraw], postponed_eur=post,
+            pressure=pr, current_node=cur_node, current_gpus=cur.gpus if cur else 0,
+            stay=stay, move_eur=move, min_cost=mc))
+    return out
+
+
+def _one_job(idx: int, job: PlanJob, classes: _Classes, node_index: Mapping[str, int],
+             now_s: float, s: PlannerSettings, times: list[float], costs: list[float],
+             has: list[bool], cfg_cls: list[int], cfg_g: list[int], n_cfg: int) -> _JobData:
     w = job.weight_eur_per_h / 3600.0
     cur = job.current
     cur_node = node_index[cur.node] if cur else -1
+    cur_cls = classes.of[cur_node] if cur else -1
+    restart = s.restart_s if cur is not None else 0.0
     options: list[_Option] = []
-    for c, (model, gmax, _) in enumerate(classes.info):
-        for g in range(1, gmax + 1):
-            per = job.epoch_time_s.get((model, g))
-            if per is None:
-                continue
-            t = job.remaining_epochs * per
-            if cur is not None and classes.of[cur_node] == c and cur.gpus == g:
-                # staying put keeps the work done since the last snapshot
-                stay = max(t - job.progress_s, 1e-6)
-                options.append(_Option(c, g, stay, stay * classes.cost_per_s[c][g], cur_node))
-            t += s.restart_s if cur is not None else 0.0
+    for k in range(n_cfg):
+        if not has[k]:
+            continue
+        c, g, t = cfg_cls[k], cfg_g[k], times[k]
+        if c == cur_cls and cur is not None and cur.gpus == g:
+            # staying put keeps the work done since the last snapshot
+            stay = max(t - job.progress_s, 1e-6)
+            options.append(_Option(c, g, stay, stay * classes.cost_per_s[c][g], cur_node))
+        if restart:
+            t += restart
             options.append(_Option(c, g, t, t * classes.cost_per_s[c][g]))
+        else:
+            options.append(_Option(c, g, t, costs[k]))
+    return _finish_job(idx, job, options, cur_node, cur_cls, w, now_s, classes, s)
+
+
+def _finish_job(idx: int, job: PlanJob, options: list[_Option], cur_node: int, here: int,
+                w: float, now_s: float, classes: _Classes, s: PlannerSettings) -> _JobData:
+    cur = job.current
     # among equally good configurations, the one the job runs on now comes first
-    here = classes.of[cur_node] if cur else -1
-    dstar = sorted((o for o in options if now_s + o.time_s < job.due_s),
+    due = job.due_s
+    dstar = sorted((o for o in options if now_s + o.time_s < due),
                    key=lambda o: (o.cost_eur, o.time_s, o.cls != here, o.cls, o.gpus))
-    rest = sorted((o for o in options if not now_s + o.time_s < job.due_s),
+    rest = sorted((o for o in options if not now_s + o.time_s < due),
                   key=lambda o: (o.time_s, o.cost_eur, o.cls != here, o.cls, o.gpus))
     if dstar:
         draw, weights = dstar, [1.0 / max(o.cost_eur, 1e-12) for o in dstar]
@@ -504,20 +849,49 @@ def _job_data(idx: int, job: PlanJob, classes: _Classes, node_index: Mapping[str
         draw, weights = rest, [1.0 / max(o.time_s, 1e-12) for o in rest]
     fastest = min((o.time_s for o in options), default=math.inf)
     slowest = max((o.time_s for o in options), default=None)
-    postponed = w * max(0.0, now_s - job.due_s)
+    postponed = w * max(0.0, now_s - due)
     if slowest is not None:
-        postponed += s.rho * w * max(0.0, now_s + s.interval_s + slowest - job.due_s)
+        postponed += s.rho * w * max(0.0, now_s + s.interval_s + slowest - due)
     move = 0.0
     if cur is not None:
         c_now = classes.cost_per_s[classes.of[cur_node]][cur.gpus]
         move = (job.progress_s + s.restart_s) * c_now + s.move_penalty_eur
     return _JobData(
-        job=job, index=idx, weight=w, due=job.due_s, ordered=dstar + rest,
-        in_dstar=len(dstar), draw=draw, draw_cum=list(accumulate(weights)),
-        postponed_eur=postponed, pressure=now_s + fastest - job.due_s if options else math.inf,
+        job=job, index=idx, weight=w, due=due, ordered=(*dstar, *rest),
+        in_dstar=len(dstar), draw=tuple(draw), draw_cum=list(accumulate(weights)),
+        postponed_eur=postponed, pressure=now_s + fastest - due if options else math.inf,
         current_node=cur_node, current_gpus=cur.gpus if cur else 0,
         stay=next((o for o in options if o.node >= 0), None), move_eur=move,
+        min_cost=min((o.cost_eur for o in options), default=0.0),
     )
+
+
+def _job_data(idx: int, job: PlanJob, classes: _Classes, node_index: Mapping[str, int],
+              now_s: float, s: PlannerSettings) -> _JobData:
+    """:class:`_JobData` of one job (what :func:`_all_job_data` computes for many at once)."""
+    return _single(idx, job, classes, node_index, now_s, s)
+
+
+def _single(idx: int, job: PlanJob, classes: _Classes, node_index: Mapping[str, int],
+            now_s: float, s: PlannerSettings) -> _JobData:
+    times: list[float] = []
+    costs: list[float] = []
+    has: list[bool] = []
+    for c, g in classes.configs:
+        per = job.epoch_time_s.get((classes.info[c][0], g))
+        if per is None:
+            times.append(math.nan)
+            costs.append(math.nan)
+            has.append(False)
+        else:
+            t = job.remaining_epochs * per
+            times.append(t)
+            costs.append(t * classes.cost_per_s[c][g])
+            has.append(True)
+    cfg_cls = [c for c, _ in classes.configs]
+    cfg_g = [g for _, g in classes.configs]
+    return _one_job(idx, job, classes, node_index, now_s, s, times, costs, has, cfg_cls,
+                    cfg_g, len(cfg_cls))
 
 
 def _take(d: _JobData, candidates: Sequence[_Option], classes: _Classes, free: list[int],
@@ -549,31 +923,40 @@ def _take(d: _JobData, candidates: Sequence[_Option], classes: _Classes, free: l
     return None
 
 
-def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
-         settings: PlannerSettings | None = None) -> Plan:
-    """Algorithm 1 at rescheduling point ``now_s`` (module docstring).
+#: One job's place in a schedule: (node index, GPUs, option) or None (waits).
+_Assign = tuple[int, int, _Option] | None
 
-    Args:
-        now_s: T_c, s.
-        nodes: the nodes (names unique).
-        jobs: every submitted, unfinished job, running or waiting.
-        settings: :class:`PlannerSettings`; defaults are the paper's.
 
-    Returns:
-        the best schedule found, with f_OBJ and a decision per job.
+@dataclass
+class _Best:
+    """The best schedule of the search."""
 
-    Raises:
-        PlanningError: inconsistent input (:func:`_validate`).
-    """
-    s = settings or PlannerSettings()
-    node_index = _validate(nodes, jobs)
-    classes = _Classes(nodes, s.price)
-    data = [_job_data(i, job, classes, node_index, now_s, s) for i, job in enumerate(jobs)]
-    pressures = {d.job.id: d.pressure for d in data}
+    assign: list[_Assign]
+    terms: tuple[float, float, float, float]  # tardiness, worst case, first ending, moves
+    iteration: int
+    greedy_terms: tuple[float, float, float, float]
+    iterations: int
 
+
+def _vacancy_eur_per_gpu(nodes: Sequence[PlanNode], classes: _Classes,
+                         s: PlannerSettings) -> list[float]:
+    """Per node, what one free GPU of a node in use costs, EUR: its share of the idle power
+    for :attr:`PlannerSettings.vacancy_s`, c_n0 · vacancy_s / G_n (with ``shared_idle`` a job
+    pays its share of its node's idle power, and the shares of the GPUs left free are paid
+    by nobody; 0 without)."""
+    return [classes.idle_per_s[classes.of[i]] * s.vacancy_s / n.gpus
+            if s.shared_idle else 0.0 for i, n in enumerate(nodes)]
+
+
+def _search(now_s: float, nodes: Sequence[PlanNode], classes: _Classes, data: list[_JobData],
+            s: PlannerSettings) -> _Best:
+    """Algorithm 1's iterations (module docstring): the pure greedy, the incumbent, then
+    randomised schedules until MaxIt_RG or :attr:`PlannerSettings.patience`. Random numbers
+    are drawn in the order of the implementation before issue 22's rewrite
+    (``benchmarks/andreas_reference.py``), so the same seed builds the same schedules."""
+    n_jobs = len(data)
     # Eq. 2: decreasing pressure; ties by larger weight, then input order
-    base_order = sorted(range(len(data)),
-                        key=lambda i: (-pressures[data[i].job.id], -data[i].weight, i))
+    base_order = sorted(range(n_jobs), key=lambda i: (-data[i].pressure, -data[i].weight, i))
     min_weight = min((d.weight for d in data), default=1.0)
     rng = random.Random(s.seed)
     rand = rng.random
@@ -582,80 +965,141 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
     swap_p = [s.swap_probability * min_weight / d.weight for d in data]
     late_eur = [d.weight * max(0.0, now_s - d.due) for d in data]
     worst_eur = [d.postponed_eur - late for d, late in zip(data, late_eur, strict=True)]
-    running = [d for d in data if d.current_node >= 0]
+    running = [d.index for d in data if d.current_node >= 0]
+    ordered = [d.ordered for d in data]
+    draws = [d.draw for d in data]
+    draw_cum = [d.draw_cum for d in data]
+    n_draw = [len(d.draw) for d in data]
+    stay = [d.stay for d in data]
+    cur_node = [d.current_node for d in data]
+    cur_gpus = [d.current_gpus for d in data]
+    weight = [d.weight for d in data]
+    due = [d.due for d in data]
+    move_eur = [d.move_eur for d in data]
+    gpus = [n.gpus for n in nodes]
+    n_nodes = len(nodes)
+    total_gpus = sum(gpus)
+    alpha = s.alpha
+    swapping = s.swap_probability > 0
+    patience = s.patience
+    inf = math.inf
+    # the energy term: Eq. 1's first-ending jobs, or every job's π (module docstring); with
+    # the latter a schedule is bounded below by Σ π_min + what its placed jobs spend above it
+    first_ending = s.energy_term == "first-ending"
+    min_cost = [d.min_cost for d in data]
+    base = 0.0 if first_ending else math.fsum(min_cost)
+    vacancy = _vacancy_eur_per_gpu(nodes, classes, s)
+    limit = inf  # abandon a schedule once its lower bound exceeds this
 
-    best_f = math.inf
-    best_changes = math.inf
-    best_assign: list[tuple[int, int, _Option] | None] = []
+    best_f = inf
+    best_changes = inf
+    best_assign: list[_Assign] = []
     best_terms = (0.0, 0.0, 0.0, 0.0)
     best_iter = 0
     greedy_terms = (0.0, 0.0, 0.0, 0.0)
-    n_nodes = len(nodes)
-    total_gpus = sum(n.gpus for n in nodes)
     iterations = 0
+    last_better = 0
 
     # the incumbent: running jobs stay where they are, waiting jobs fill the free GPUs by the
     # rule; built right after the pure greedy when some job runs
-    running_first = sorted(base_order, key=lambda i: data[i].current_node < 0)
-    incumbent_at = 1 if any(d.current_node >= 0 for d in data) else -1
+    running_first = sorted(base_order, key=lambda i: cur_node[i] < 0)
+    incumbent_at = 1 if running else -1
 
     for it in range(s.max_iterations):
+        if patience is not None and it > 1 and it - last_better > patience:
+            break
         iterations += 1
         incumbent = it == incumbent_at
         randomised = it > 0 and not incumbent
-        order = running_first if incumbent else list(base_order)
-        if randomised and s.swap_probability > 0:
-            for k in range(len(order) - 1):
+        order = running_first if incumbent else base_order[:]
+        if randomised and swapping:
+            for k in range(n_jobs - 1):
                 if rand() < swap_p[order[k]]:
                     order[k], order[k + 1] = order[k + 1], order[k]
-        free = [n.gpus for n in nodes]
-        buckets = classes.buckets(free)
+        deviate = randomised and alpha > 0
+        free = gpus[:]
+        buckets = classes.empty_buckets()
         free_total = total_gpus
-        first_t = [math.inf] * n_nodes
+        first_t = [inf] * n_nodes
         first_pi = [0.0] * n_nodes
-        assign: list[tuple[int, int, _Option] | None] = [None] * len(data)
-        tard = moves = 0.0
+        assign: list[_Assign] = [None] * n_jobs
+        tard = moves = excess = 0.0
         changes = 0
         abandoned = False
         for i in order:
-            d = data[i]
             if free_total == 0:
                 break
-            if not d.ordered:
+            cands = ordered[i]
+            if not cands:
                 continue
             chosen: _Option | None = None
-            if randomised and s.alpha > 0 and rand() < s.alpha and len(d.draw) > 1:
-                r = rand() * d.draw_cum[-1]
-                chosen = d.draw[min(bisect_right(d.draw_cum, r), len(d.draw) - 1)]
-            if incumbent and d.stay is not None:
-                chosen = d.stay
-            candidates = d.ordered if chosen is None else [chosen, *d.ordered]
-            placed = _take(d, candidates, classes, free, buckets)
-            if placed is None:
+            if deviate and rand() < alpha and n_draw[i] > 1:
+                cum = draw_cum[i]
+                r = rand() * cum[-1]
+                chosen = draws[i][min(bisect_right(cum, r), n_draw[i] - 1)]
+            if incumbent and stay[i] is not None:
+                chosen = stay[i]
+            if chosen is not None:
+                cands = (chosen, *cands)
+            # ASSIGN / ASSIGN_TO_SUBOPTIMAL (:func:`_take`, inlined)
+            node = -1
+            for opt in cands:
+                c, g, t, pi, bound = opt
+                if bound >= 0:
+                    have = free[bound]
+                    if have < g:
+                        continue
+                    node = bound
+                    buckets[c][have].remove(node)
+                else:
+                    levels = buckets[c]
+                    for k in range(g, len(levels)):
+                        if levels[k]:
+                            node = levels[k].pop()
+                            break
+                    if node < 0:
+                        continue
+                left = free[node] - g
+                free[node] = left
+                buckets[c][left].append(node)
+                here = stay[i]
+                if here is not None and node == cur_node[i] and g == cur_gpus[i]:
+                    opt = here  # landed where it runs: it stays, and keeps its progress
+                    t, pi = here.time_s, here.cost_eur
+                break
+            if node < 0:
                 continue
-            node, opt = placed
-            free_total -= opt.gpus
-            assign[i] = (node, opt.gpus, opt)
-            tard += d.weight * max(0.0, now_s + opt.time_s - d.due)
-            if opt.time_s < first_t[node] or (opt.time_s == first_t[node]
-                                              and opt.cost_eur < first_pi[node]):
-                first_t[node] = opt.time_s
-                first_pi[node] = opt.cost_eur
-            if d.current_node >= 0 and (node != d.current_node or opt.gpus != d.current_gpus):
+            free_total -= g
+            assign[i] = (node, g, opt)
+            late = now_s + t - due[i]
+            if late > 0.0:
+                tard += weight[i] * late
+            if first_ending:
+                ft = first_t[node]
+                if t < ft or (t == ft and pi < first_pi[node]):
+                    first_t[node] = t
+                    first_pi[node] = pi
+            else:
+                excess += pi - min_cost[i]
+            if cur_node[i] >= 0 and (node != cur_node[i] or g != cur_gpus[i]):
                 changes += 1
-                moves += d.move_eur
+                moves += move_eur[i]
             # Σ ω τ over placed jobs only grows, and every other term is >= 0: stop as soon
             # as this schedule can no longer beat (or tie) the best one
-            if tard + moves > best_f + TIE_EUR:
+            if tard + moves + excess > limit:
                 abandoned = True
                 break
         if abandoned:
             continue
-        for d in running:  # running jobs left waiting are preempted
-            if assign[d.index] is None:
+        for i in running:  # running jobs left waiting are preempted
+            if assign[i] is None:
                 changes += 1
-                moves += d.move_eur
-        first_total = sum(first_pi)
+                moves += move_eur[i]
+        if first_ending:
+            first_total = sum(first_pi)
+        else:
+            first_total = base + excess + sum(
+                v * f for v, f, g in zip(vacancy, free, gpus, strict=True) if f < g)
         worst = 0.0
         tard_total = tard
         for i, a in enumerate(assign):
@@ -670,10 +1114,46 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             best_assign = assign
             best_terms = (tard_total, worst, first_total, moves)
             best_iter = it
+            last_better = it
+            limit = best_f + TIE_EUR - base
+    return _Best(best_assign, best_terms, best_iter, greedy_terms, iterations)
 
+
+def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
+         settings: PlannerSettings | None = None, *, cache: PlanCache | None = None) -> Plan:
+    """Algorithm 1 at rescheduling point ``now_s`` (module docstring).
+
+    Args:
+        now_s: T_c, s.
+        nodes: the nodes (names unique).
+        jobs: every submitted, unfinished job, running or waiting.
+        settings: :class:`PlannerSettings`; the defaults are gputopo's planner,
+            :meth:`PlannerSettings.paper` the paper's.
+        cache: a :class:`PlanCache` the caller keeps across points (faster; same plan).
+
+    Returns:
+        the best schedule found, with f_OBJ and a decision per job.
+
+    Raises:
+        PlanningError: inconsistent input (duplicate names, unknown current node, a running
+            job on more GPUs than its node has, a non-positive weight or epoch count).
+    """
+    s = settings or PlannerSettings()
+    node_index = _validate(nodes, jobs)
+    classes = _Classes(nodes, s.price, s.shared_idle)
+    data = _all_job_data(jobs, classes, node_index, now_s, s, cache)
+    best = _search(now_s, nodes, classes, data, s)
+    local_moves = 0
+    if s.local_search and best.assign:
+        best, local_moves = _local_search(now_s, nodes, classes, data, s, best)
+    return _decide(now_s, nodes, data, best, local_moves)
+
+
+def _decide(now_s: float, nodes: Sequence[PlanNode], data: list[_JobData], best: _Best,
+            local_moves: int) -> Plan:
     decisions: dict[str, JobDecision] = {}
     for d in data:
-        a = best_assign[d.index] if best_assign else None
+        a = best.assign[d.index] if best.assign else None
         job = d.job
         if a is None:
             if not d.ordered:
@@ -685,7 +1165,7 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             decisions[job.id] = JobDecision(job.id, None, None, None, None, None, why)
             continue
         node, g, opt = a
-        rank = d.ordered.index(opt)
+        rank = d.ordered.index(opt) if opt in d.ordered else 0
         if rank == 0:
             why = ("cheapest configuration that meets the due date" if d.in_dstar
                    else "fastest configuration (none meets the due date)")
@@ -701,7 +1181,271 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             job.id, Placement(nodes[node].name, g), opt.time_s, finish, opt.cost_eur,
             max(0.0, finish - d.due), why)
     return Plan(
-        now_s=now_s, decisions=decisions, objective=Objective(*best_terms),
-        iterations=iterations, best_iteration=best_iter,
-        greedy_objective=Objective(*greedy_terms), pressure_s=pressures,
+        now_s=now_s, decisions=decisions, objective=Objective(*best.terms),
+        iterations=best.iterations, best_iteration=best.iteration,
+        greedy_objective=Objective(*best.greedy_terms),
+        pressure_s={d.job.id: d.pressure for d in data}, local_moves=local_moves,
     )
+
+
+def _local_search(now_s: float, nodes: Sequence[PlanNode], classes: _Classes,
+                  data: list[_JobData], s: PlannerSettings, best: _Best) -> tuple[_Best, int]:
+    """Improve the search's best schedule while f_OBJ (with the move charge; energy term
+    ``all``, where a job's cost does not depend on its neighbours, only the vacancy of the
+    nodes it leaves and takes) goes down, by four kinds of change:
+
+    * **move one job** to its cheapest configuration among the GPUs free (best fit) — another
+      GPU count or node class, or back onto its current node;
+    * **send a running job home**: a running job the schedule moved goes back to its
+      current node, and the job that took its place there takes its place instead;
+    * **swap two jobs' configurations**: jobs on (n_a, g_a) and (n_b, g_b) exchange them
+      (each needs a profile for the other's); for every pair of configurations the jobs that
+      gain most from the exchange are paired first;
+    * **start a waiting job** on GPUs a change freed, when that costs no more than waiting.
+
+    Every change lowers f_OBJ (a start keeps it or lowers it), so the result is never worse
+    than the search's. Rounds repeat while something changed (at most 8).
+
+    Returns:
+        the improved schedule (its terms recomputed) and the number of changes made.
+    """
+    ls = _Improver(now_s, nodes, classes, data, s, best.assign)
+    changes = 0
+    for _ in range(8):
+        changed = ls.relocate() + ls.send_home() + ls.swap()
+        if changed:
+            changed += ls.start_waiting()
+        changes += changed
+        if not changed:
+            break
+    if not changes:
+        return best, 0
+    energy_free = sum(ls.vac(n, f) for n, f in enumerate(ls.free))
+    return replace(best, assign=ls.assign,
+                   terms=_terms(now_s, data, ls.assign, energy_free)), changes
+
+
+class _Improver:
+    """The local search's state: a schedule, the free GPUs and residents of every node, and
+    each placed job's share of f_OBJ (:func:`_local_search`)."""
+
+    def __init__(self, now_s: float, nodes: Sequence[PlanNode], classes: _Classes,
+                 data: list[_JobData], s: PlannerSettings, assign: list[_Assign]) -> None:
+        self.now_s = now_s
+        self.classes = classes
+        self.data = data
+        self.assign = list(assign)
+        self.gpus = [n.gpus for n in nodes]
+        self.free = self.gpus[:]
+        self.residents: list[set[int]] = [set() for _ in nodes]
+        for i, a in enumerate(self.assign):
+            if a is not None:
+                self.free[a[0]] -= a[1]
+                self.residents[a[0]].add(i)
+        # buckets[c][k]: nodes of class c with k free GPUs
+        self.buckets: list[list[set[int]]] = [[set() for _ in range(gmax + 1)]
+                                              for _, gmax, _ in classes.info]
+        for node, f in enumerate(self.free):
+            self.buckets[classes.of[node]][f].add(node)
+        # each job's option per (class, g), not bound to a node
+        self.generic: list[dict[tuple[int, int], _Option]] = [
+            {(o.cls, o.gpus): o for o in d.ordered if o.node < 0} for d in data]
+        self.waiting_eur = [d.postponed_eur + d.min_cost for d in data]
+        self.vacancy = _vacancy_eur_per_gpu(nodes, classes, s)
+
+    # -------------------------------------------------------------- evaluation
+
+    def vac(self, node: int, f: int) -> float:
+        """The vacancy term of ``node`` with ``f`` free GPUs."""
+        return self.vacancy[node] * f if f < self.gpus[node] else 0.0
+
+    def cost(self, i: int, opt: _Option, node: int) -> tuple[float, _Option]:
+        """Job i's share of f_OBJ on ``opt`` at ``node`` (and the option it then takes: the
+        stay option on its current node with its current GPUs)."""
+        d = self.data[i]
+        if d.stay is not None and node == d.current_node and opt.gpus == d.current_gpus:
+            opt = d.stay
+        late = self.now_s + opt.time_s - d.due
+        c = opt.cost_eur + (d.weight * late if late > 0.0 else 0.0)
+        if d.current_node >= 0 and (node != d.current_node or opt.gpus != d.current_gpus):
+            c += d.move_eur
+        return c, opt
+
+    def share(self, i: int) -> float:
+        """Job i's share of f_OBJ where the schedule has it now."""
+        a = self.assign[i]
+        if a is None:
+            return self.waiting_eur[i]
+        return self.cost(i, a[2], a[0])[0]
+
+    def fit(self, cls: int, g: int, extra: Mapping[int, int] | None = None) -> int:
+        """The best-fit node of class ``cls`` with ``g`` free GPUs (``extra``: GPUs about to
+        be freed, by node), or -1."""
+        levels = self.buckets[cls]
+        best, best_free = -1, math.inf
+        for node, more in (extra or {}).items():
+            f = self.free[node] + more
+            if self.classes.of[node] == cls and g <= f < best_free:
+                best, best_free = node, f
+        for k in range(g, len(levels)):
+            if k >= best_free:
+                break
+            if levels[k]:
+                return min(levels[k])
+        return best
+
+    def apply(self, moves: Sequence[tuple[int, int, _Option | None]], *,
+              allow_equal: bool = False) -> bool:
+        """Make the changes ``moves`` (job, node, option; option None: the job waits) when
+        they lower f_OBJ (or keep it, with ``allow_equal``) and fit; returns whether made."""
+        delta = 0.0
+        free: dict[int, int] = {}
+        for i, _, _ in moves:
+            a = self.assign[i]
+            delta -= self.share(i)
+            if a is not None:
+                free[a[0]] = free.get(a[0], self.free[a[0]]) + a[1]
+        placed: list[tuple[int, int, _Option] | None] = []
+        for i, node, opt in moves:
+            if opt is None:
+                delta += self.waiting_eur[i]
+                placed.append(None)
+                continue
+            c, taken = self.cost(i, opt, node)
+            delta += c
+            free[node] = free.get(node, self.free[node]) - opt.gpus
+            placed.append((node, opt.gpus, taken))
+        if any(f < 0 for f in free.values()):
+            return False
+        delta += sum(self.vac(n, f) - self.vac(n, self.free[n]) for n, f in free.items())
+        if not (delta < -TIE_EUR or (allow_equal and delta <= TIE_EUR)):
+            return False
+        for (i, _, _), new in zip(moves, placed, strict=True):
+            a = self.assign[i]
+            if a is not None:
+                self.residents[a[0]].discard(i)
+            self.assign[i] = new
+            if new is not None:
+                self.residents[new[0]].add(i)
+        for n, f in free.items():
+            b = self.buckets[self.classes.of[n]]
+            b[self.free[n]].discard(n)
+            self.free[n] = f
+            b[f].add(n)
+        return True
+
+    def best_place(self, i: int, release: Mapping[int, int] | None = None
+                   ) -> tuple[int, _Option] | None:
+        """Job i's cheapest place on the GPUs free (plus ``release``), or None."""
+        found: tuple[float, int, _Option] | None = None
+        for opt in self.data[i].ordered:
+            if opt.node >= 0:
+                node = opt.node
+                if self.free[node] + (release or {}).get(node, 0) < opt.gpus:
+                    continue
+            else:
+                node = self.fit(opt.cls, opt.gpus, release)
+                if node < 0:
+                    continue
+            f = self.free[node] + (release or {}).get(node, 0)
+            c = self.cost(i, opt, node)[0] + self.vac(node, f - opt.gpus) - self.vac(node, f)
+            if found is None or c < found[0] - TIE_EUR:
+                found = (c, node, opt)
+        return None if found is None else (found[1], found[2])
+
+    # -------------------------------------------------------------- changes
+
+    def relocate(self) -> int:
+        """Move each placed job to its cheapest place, if that lowers f_OBJ."""
+        made = 0
+        for i, a in enumerate(self.assign):
+            if a is None:
+                continue
+            where = self.best_place(i, {a[0]: a[1]})
+            if where is not None and (where[0], where[1].gpus) != (a[0], a[1]) and self.apply(
+                    [(i, where[0], where[1])]):
+                made += 1
+        return made
+
+    def send_home(self) -> int:
+        """Send moved running jobs back to their node, where another job took their GPUs:
+        that job takes the moved job's place (or its own cheapest one)."""
+        made = 0
+        for i, d in enumerate(self.data):
+            a = self.assign[i]
+            if d.stay is None or a is None or (a[0], a[1]) == (d.current_node, d.current_gpus):
+                continue
+            home = d.current_node
+            for j in sorted(self.residents[home]):
+                b = self.assign[j]
+                if b is None or j == i:
+                    continue
+                opt_j = self.generic[j].get((self.classes.of[a[0]], b[1]))
+                if opt_j is not None and self.apply([(i, home, d.stay), (j, a[0], opt_j)]):
+                    made += 1
+                    break
+        return made
+
+    def swap(self) -> int:
+        """Exchange the configurations of two jobs where both together gain."""
+        made = 0
+        groups: dict[tuple[int, int], list[int]] = {}
+        now_eur: dict[int, float] = {}
+        for i, a in enumerate(self.assign):
+            if a is not None:
+                groups.setdefault((a[2].cls, a[1]), []).append(i)
+                now_eur[i] = self.share(i)
+        keys = sorted(groups)
+        generic = self.generic
+        for x, kx in enumerate(keys):
+            for ky in keys[x + 1:]:
+                gain_x = sorted((self.cost(i, generic[i][ky], -1)[0] - now_eur[i], i)
+                                for i in groups[kx] if ky in generic[i])
+                gain_y = sorted((self.cost(j, generic[j][kx], -1)[0] - now_eur[j], j)
+                                for j in groups[ky] if kx in generic[j])
+                for (dx, i), (dy, j) in zip(gain_x, gain_y, strict=False):
+                    if dx + dy >= -TIE_EUR:
+                        break
+                    ai, aj = self.assign[i], self.assign[j]
+                    if ai is None or aj is None or (ai[2].cls, ai[1]) != kx or (
+                            aj[2].cls, aj[1]) != ky:
+                        continue  # one of them changed already in this round
+                    if self.apply([(i, aj[0], generic[i][ky]), (j, ai[0], generic[j][kx])]):
+                        made += 1
+        return made
+
+    def start_waiting(self) -> int:
+        """Start waiting jobs, most pressing first, where GPUs are free for them and that
+        costs no more than waiting."""
+        made = 0
+        if not any(self.free):
+            return 0
+        for i in sorted(range(len(self.data)), key=lambda k: -self.data[k].pressure):
+            if self.assign[i] is not None or not self.data[i].ordered:
+                continue
+            where = self.best_place(i)
+            if where is not None and self.apply([(i, where[0], where[1])], allow_equal=True):
+                made += 1
+        return made
+
+
+def _terms(now_s: float, data: list[_JobData], assign: list[_Assign],
+           vacancy_eur: float) -> tuple[float, float, float, float]:
+    """f_OBJ's terms (tardiness, worst case, energy, moves) of ``assign`` with the energy
+    term ``all`` (``vacancy_eur``: the term of the GPUs used nodes leave free)."""
+    tard = worst = moves = 0.0
+    energy = vacancy_eur
+    for d, a in zip(data, assign, strict=True):
+        if a is None:
+            tard += d.weight * max(0.0, now_s - d.due)
+            worst += d.postponed_eur - d.weight * max(0.0, now_s - d.due)
+            energy += d.min_cost
+            if d.current_node >= 0:
+                moves += d.move_eur
+            continue
+        node, g, opt = a
+        tard += d.weight * max(0.0, now_s + opt.time_s - d.due)
+        energy += opt.cost_eur
+        if d.current_node >= 0 and (node != d.current_node or g != d.current_gpus):
+            moves += d.move_eur
+    return tard, worst, energy, moves

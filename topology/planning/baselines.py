@@ -58,7 +58,7 @@ ORDERS: dict[str, Callable[[PlanJob], tuple[float, ...]]] = {
 #: Configuration rules, by the suffix of the method's name ("" = Algorithm 1's rule): a sort of
 #: a job's candidate options (:class:`topology.planning.andreas._JobData` ``ordered``) or None
 #: to keep Algorithm 1's order.
-RULES: dict[str, Callable[[list[_Option]], list[_Option]] | None] = {
+RULES: dict[str, Callable[[Sequence[_Option]], list[_Option]] | None] = {
     "": None,
     "fastest": lambda opts: sorted(opts, key=lambda o: (o.time_s, o.cost_eur, o.cls, o.gpus)),
 }
