@@ -16,7 +16,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def simulate(
         workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2 | tabrizian-best | tabrizian-worst | tabrizian-mix | andreas-armida | andreas-s1 | andreas-s2, with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
-        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for tabrizian-* workloads exclusive,random-colocate,colocate,gputopo; for andreas-* workloads: fifo,edf,ps,andreas (also andreas-stable and fifo-/edf-/ps-fastest)")],
+        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for tabrizian-* workloads exclusive,random-colocate,colocate,gputopo; for andreas-* workloads: fifo,edf,ps,andreas (also andreas-paper, Algorithm 1 as published, and fifo-/edf-/ps-fastest)")],
         out: Annotated[Path, typer.Option("--out", "-o", help="output directory (CSV per run, summary.json, summary.md, plots)")],
         topology: Annotated[str | None, typer.Option("--topology", "-t", help="every node's topology: catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output (optional for workloads that define their own cluster: tabrizian-*, andreas-*, files with a cluster)")] = None,
         nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="number of nodes (default: the workload's: mapa 1, amaral-s1 5, amaral-s2 1000, tabrizian-best/worst 2, tabrizian-mix 4, andreas-s1/s2 10)")] = None,

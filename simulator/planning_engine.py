@@ -7,11 +7,14 @@ completion)"): every arrival and completion, and, for ``andreas``, every ``inter
 (300 s, Appendix B) while jobs are waiting or running. All events of one instant are applied,
 then the policy runs once.
 
-**Policies**: ``andreas`` (:func:`topology.planning.andreas.plan`: every submitted, unfinished
-job is re-planned; running jobs may move, resize or be preempted), ``andreas-stable`` (the
-same with a charge per move, :data:`STABLE_MOVE_PENALTY_EUR`) and ``fifo``, ``edf``, ``ps``
-with Algorithm 1's configuration rule or, suffixed ``-fastest``, the fastest configuration that
-fits (:func:`topology.planning.baselines.plan_queue`: never re-configure a started job).
+**Policies**: ``andreas`` (:func:`topology.planning.andreas.plan` with the given
+:class:`~topology.planning.andreas.PlannerSettings`, by default gputopo's planner: every
+submitted, unfinished job is re-planned; running jobs may move, resize or be preempted when
+that pays for the work they lose), ``andreas-paper`` (the same settings with the paper's
+choices, :meth:`~topology.planning.andreas.PlannerSettings.as_paper`: Algorithm 1 and Eq. 1
+as published) and ``fifo``, ``edf``, ``ps`` with Algorithm 1's configuration rule or, suffixed
+``-fastest``, the fastest configuration that fits
+(:func:`topology.planning.baselines.plan_queue`: never re-configure a started job).
 
 **Jobs** progress one epoch per ``epoch_time_s[(model, g)]`` seconds on their configuration.
 The planner sees the epochs finished at the last snapshot (one per epoch, §V); a job stopped
@@ -35,21 +38,24 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from simulator import SimulationError
 from simulator.planning_workloads import ClusterNode, PlanningJob, PlanningWorkload
-from topology.planning.andreas import Placement, PlanJob, PlannerSettings, PlanNode, plan
+from topology.planning.andreas import (
+    Placement,
+    PlanCache,
+    PlanJob,
+    PlannerSettings,
+    PlanNode,
+    plan,
+)
 from topology.planning.baselines import METHODS, plan_queue
 from topology.planning.energy import node_cost_eur_per_h
 
-POLICIES = (*METHODS, "andreas", "andreas-stable")
-#: ``andreas-stable``: Algorithm 1 with a charge per running job moved, resized or preempted
-#: (:attr:`PlannerSettings.move_penalty_eur`), so that a move must lower f_OBJ by more than
-#: that. 0.02 EUR is about two 5-minute intervals of a busy one-GPU V100 node at ARMIDA's
-#: price; picked from {0.005, 0.01, 0.02, 0.04, 0.1} on andreas-s1/s2 at N = 10, seeds 1-2
-#: (docs/planner.md).
-STABLE_MOVE_PENALTY_EUR = 0.02
+#: The ANDREAS policies: gputopo's planner and the paper's Algorithm 1.
+ANDREAS_POLICIES = ("andreas", "andreas-paper")
+POLICIES = (*METHODS, *ANDREAS_POLICIES)
 
 _COMPLETION, _ARRIVAL, _TICK = 0, 1, 2
 
@@ -105,6 +111,9 @@ class PlanningResult:
     rescheduling_points: int
     wall_s: float
     node_energy_eur: dict[str, float]
+    #: the workload's energy floor on this cluster at this price, EUR
+    #: (:meth:`~simulator.planning_workloads.PlanningWorkload.energy_floor_eur`)
+    energy_floor_eur: float = 0.0
 
     @property
     def tardiness_cost_eur(self) -> float:
@@ -167,8 +176,9 @@ class PlanningSimulation:
         self.policy = policy
         self.cluster = tuple(nodes)
         self.settings = settings or PlannerSettings()
-        if policy == "andreas-stable" and self.settings.move_penalty_eur == 0:
-            self.settings = replace(self.settings, move_penalty_eur=STABLE_MOVE_PENALTY_EUR)
+        if policy == "andreas-paper":
+            self.settings = self.settings.as_paper()
+        self.cache = PlanCache()  # per-epoch time rows across this run's points
         self.plan_nodes = [PlanNode(n.name, n.gpu_model, n.gpus, workload.power_for(n.gpu_model))
                            for n in self.cluster]
         self.cost_per_s = [[node_cost_eur_per_h(p.power, g, self.settings.price) / 3600.0
@@ -267,7 +277,7 @@ class PlanningSimulation:
             self._reschedule(now, running, waiting, done_epochs, stop, start)
             plan_ms.append((time.perf_counter() - t0) * 1000.0)
             points += 1
-            if self.policy.startswith("andreas") and s.interval_s > 0:
+            if self.policy in ANDREAS_POLICIES and s.interval_s > 0:
                 tick = (math.floor(now / s.interval_s) + 1) * s.interval_s
                 if tick < next_tick or next_tick <= now:
                     next_tick = tick
@@ -285,6 +295,7 @@ class PlanningSimulation:
             energy_cost_eur=sum(node_eur), plan_ms=plan_ms, rescheduling_points=points,
             wall_s=time.perf_counter() - wall0,
             node_energy_eur={n.name: e for n, e in zip(self.cluster, node_eur, strict=True)},
+            energy_floor_eur=self.workload.energy_floor_eur(s.price, self.cluster),
         )
 
     def _reschedule(self, now: float, running: dict[str, _Run], waiting: set[str],
@@ -306,8 +317,8 @@ class PlanningSimulation:
                 current = Placement(self.cluster[r.node].name, r.gpus)
             jobs.append(PlanJob(jid, job.due_s, job.tardiness_weight, job.epochs - done,
                                 job.epoch_time_s, current, job.arrival_s, progress))
-        if self.policy.startswith("andreas"):
-            result = plan(now, self.plan_nodes, jobs, self.settings)
+        if self.policy in ANDREAS_POLICIES:
+            result = plan(now, self.plan_nodes, jobs, self.settings, cache=self.cache)
             target = {d.job: d.placement for d in result.decisions.values()}
         else:
             target = plan_queue(self.policy, now, self.plan_nodes, jobs, self.settings)
@@ -322,4 +333,4 @@ class PlanningSimulation:
                 start(j.id, where, now)
 
 
-assert set(METHODS) | {"andreas", "andreas-stable"} == set(POLICIES)
+assert set(METHODS) | set(ANDREAS_POLICIES) == set(POLICIES)

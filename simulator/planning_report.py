@@ -3,8 +3,11 @@ cost table with ANDREAS' reduction against each other policy), ``segments-<polic
 ``jobs-<policy>.csv`` and plots (``costs.png``; ``gantt-<policy>.png`` on small clusters).
 
 ``summary.json`` has, per policy, exactly: ``energy_cost_eur``, ``tardiness_cost_eur``,
-``total_cost_eur``, ``makespan_s`` and ``plan_ms`` {``p50``, ``p99``} (the wall-clock time of
-one rescheduling point). Percentiles are numpy's linear interpolation.
+``total_cost_eur``, ``energy_floor_eur`` (the workload's energy floor, the same for every
+policy: no policy can cost less,
+:meth:`simulator.planning_workloads.PlanningWorkload.energy_floor_eur`), ``makespan_s``
+and ``plan_ms`` {``p50``, ``p99``} (the wall-clock time of one rescheduling point).
+Percentiles are numpy's linear interpolation.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def summary(r: PlanningResult) -> dict[str, Any]:
         "energy_cost_eur": round(r.energy_cost_eur, 6),
         "tardiness_cost_eur": round(r.tardiness_cost_eur, 6),
         "total_cost_eur": round(r.total_cost_eur, 6),
+        "energy_floor_eur": round(r.energy_floor_eur, 6),
         "makespan_s": round(r.makespan_s, 3),
         "plan_ms": {"p50": _pct(r.plan_ms, 50), "p99": _pct(r.plan_ms, 99)},
     }

@@ -103,6 +103,7 @@ def simulate_planning(
             "rescheduling_interval_s": s.interval_s,
             "pue": s.price.pue,
             "eur_per_kwh": s.price.eur_per_kwh,
+            "energy_floor_eur": round(results[0].energy_floor_eur, 6) if results else None,
         }
         summary = write_all(results, path, title=f"{wl.name} on {len(used)} nodes", meta=meta,
                             make_plots=make_plots)

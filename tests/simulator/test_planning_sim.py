@@ -19,8 +19,8 @@ from topology import catalog
 from topology.planning.andreas import PlannerSettings
 from topology.planning.baselines import METHODS
 
-SUMMARY_KEYS = {"energy_cost_eur", "tardiness_cost_eur", "total_cost_eur", "makespan_s",
-                "plan_ms"}
+SUMMARY_KEYS = {"energy_cost_eur", "tardiness_cost_eur", "total_cost_eur", "energy_floor_eur",
+                "makespan_s", "plan_ms"}
 POLICIES = ["fifo", "edf", "ps", "andreas"]
 
 
@@ -62,6 +62,9 @@ def test_armida_every_job_meets_its_due_date(tmp_path: Path) -> None:
         assert set(entry["plan_ms"]) == {"p50", "p99"}
         assert entry["total_cost_eur"] == pytest.approx(entry["energy_cost_eur"]
                                                         + entry["tardiness_cost_eur"])
+    floor = load_planning_workload("andreas-armida").energy_floor_eur()
+    assert all(e["energy_floor_eur"] == pytest.approx(floor) for e in summary.values())
+    assert all(e["energy_cost_eur"] > e["energy_floor_eur"] for e in summary.values())
     ours = next(r for r in results if r.policy == "andreas")
     assert all(o.end_s <= o.job.due_s for o in ours.outcomes)
     assert summary["andreas"]["tardiness_cost_eur"] == 0
