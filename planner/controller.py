@@ -55,6 +55,7 @@ from planner.settings import PlannerSettings as Settings
 from topology.contract import ANN_PLAN
 from topology.planning.andreas import (
     Placement,
+    PlanCache,
     PlanJob,
     PlannerSettings,
     PlanningError,
@@ -127,6 +128,9 @@ class Planner:
             rho=settings.rho, max_iterations=settings.max_iterations,
             interval_s=settings.interval_s, price=self.price, seed=settings.seed,
             restart_s=settings.restart_s, move_penalty_eur=settings.move_penalty_eur)
+        if settings.paper:
+            self.plan_settings = self.plan_settings.as_paper()
+        self.plan_cache = PlanCache()
         self.learner = EpochTimeLearner()
         self.ledger = EnergyLedger()
         self._lock = threading.Lock()
@@ -350,7 +354,8 @@ class Planner:
             result.skipped = True
             return result
         try:
-            p = plan(now, plan_nodes, plan_jobs, self.plan_settings)
+            p = plan(now, plan_nodes, plan_jobs, self.plan_settings,
+                     cache=self.plan_cache)
         except PlanningError as exc:
             log.warning("planning failed: %s", exc)
             result.skipped = True

@@ -19,7 +19,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from topology.planning.andreas import DEFAULT_INTERVAL_S, DEFAULT_MAX_ITERATIONS, DEFAULT_RHO
+from topology.planning.andreas import (
+    DEFAULT_INTERVAL_S,
+    DEFAULT_MAX_ITERATIONS,
+    DEFAULT_MOVE_PENALTY_EUR,
+    DEFAULT_RHO,
+)
 from topology.planning.energy import DEFAULT_EUR_PER_KWH, DEFAULT_PUE
 from topology.settings_file import (
     FileBackedSettings,
@@ -54,9 +59,14 @@ class PlannerSettings(FileBackedSettings):
         eur_per_kwh: energy price (ANDREAS §V-A: 0.172).
         restart_s: what a moved or resized Job loses besides its unsaved epoch (pod restart,
             snapshot load), s; charged when the plan moves a running Job.
-        move_penalty_eur: a fixed charge per running Job the plan moves or preempts, EUR (the
-            simulator's ``andreas-stable``).
+        move_penalty_eur: a fixed charge per running Job the plan moves or preempts, EUR (as
+            the simulator's ``andreas``:
+            :data:`topology.planning.andreas.DEFAULT_MOVE_PENALTY_EUR`).
         seed: the Randomized Greedy's seed.
+        paper: plan with ANDREAS' Algorithm 1 as published
+            (:meth:`topology.planning.andreas.PlannerSettings.paper`: no move charge, each job
+            charged its node's whole idle power, Eq. 1's energy term, every iteration, no local
+            search); ``restart_s`` still counts.
         leader_elect: take a coordination.k8s.io Lease before acting (one active planner).
         lease_name, lease_namespace: the Lease.
         lease_duration_s, renew_deadline_s, retry_period_s: leader-election timing.
@@ -81,8 +91,9 @@ class PlannerSettings(FileBackedSettings):
     pue: float = Field(default=DEFAULT_PUE, ge=1)
     eur_per_kwh: float = Field(default=DEFAULT_EUR_PER_KWH, ge=0)
     restart_s: float = Field(default=60.0, ge=0)
-    move_penalty_eur: float = Field(default=0.02, ge=0)
+    move_penalty_eur: float = Field(default=DEFAULT_MOVE_PENALTY_EUR, ge=0)
     seed: int = 0
+    paper: bool = False
     leader_elect: bool = True
     lease_name: str = "gputopo-planner"
     lease_namespace: str = "gputopo-system"
