@@ -1,10 +1,10 @@
 """ANDREAS in simulation: the cost of FIFO, EDF, PS (with ANDREAS' configuration rule and, as
-``-fastest``, with the fastest configuration), ``andreas`` and ``andreas-stable`` on §V-B's two
+``-fastest``, with the fastest configuration), ``andreas`` and ``andreas-paper`` on §V-B's two
 scenarios at N = 10, 50 and 100 nodes, a load sweep, Appendix B's ARMIDA run, each workload's
 energy floor, and the planner's time per rescheduling point.
 
 For each scenario and N it runs ``gputopo simulate --workload andreas-s<case> --nodes N
---policies fifo,edf,ps,andreas,andreas-stable --seed S`` (and the ``-fastest`` baselines) for a
+--policies fifo,edf,ps,andreas,andreas-paper --seed S`` (and the ``-fastest`` baselines) for a
 few seeds (N = 10: seeds 1-3,
 N = 50 and 100: seed 1; the paper reports averages over instances), several simulations at a
 time in separate processes (``--workers``), keeps the outputs of the first seed below N = 100
@@ -36,12 +36,12 @@ SIM = RESULTS / "sim"
 #: Each finished simulation's figures, so that an interrupted run resumes where it stopped.
 UNITS = Path(os.environ.get("GPUTOPO_BENCH_UNITS", "/tmp/gputopo-bench-planner"))
 #: The policies of one simulation unit below N = 100 (the unit's name lists them).
-RUN = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
+RUN = ["fifo", "edf", "ps", "andreas", "andreas-paper"]
 #: The first-principle variants (fastest configuration, no energy model): a unit of their own
 #: (they plan in microseconds), so that adding them re-used the units of ``RUN`` already run.
 FASTEST = ["fifo-fastest", "edf-fastest", "ps-fastest"]
 #: Every policy in the tables.
-POLICIES = ["fifo", "edf", "ps", *FASTEST, "andreas", "andreas-stable"]
+POLICIES = ["fifo", "edf", "ps", *FASTEST, "andreas", "andreas-paper"]
 FULL = {10: [1, 2, 3], 50: [1], 100: [1]}
 #: The load sweep (§V-B does not give the arrival rate relative to capacity; ours is 1.0):
 #: (scenario, N, load) -> seeds.
@@ -50,8 +50,8 @@ SWEEP = {(1, 10, 1.3): [1, 2, 3], (1, 10, 1.6): [1, 2, 3], (2, 10, 1.3): [1, 2, 
 #: From this N up, each policy is its own unit of work (and no outputs are written).
 SPLIT_AT = 100
 #: The policies run from N = 100 up, each its own unit.
-POLICIES_AT_SPLIT = ["fifo", "edf", "ps", "andreas", "andreas-stable"]
-#: The policies of the load sweep from N = 50 up (one unit; andreas-stable only below).
+POLICIES_AT_SPLIT = ["fifo", "edf", "ps", "andreas", "andreas-paper"]
+#: The policies of the load sweep from N = 50 up (one unit; andreas-paper only below).
 SWEEP_LARGE = ["fifo", "edf", "ps", "andreas"]
 Task = tuple[str, int | None, int, list[str], int, str | None]
 QUICK = {4: [1], 10: [1]}
@@ -234,7 +234,7 @@ def tables(doc: dict[str, Any]) -> str:
               "(every job on its cheapest configuration on fully busy nodes), and so the most "
               "any policy could save against EDF", "",
               "| scenario | N | jobs | seeds | fifo € | edf € | ps € | andreas € | "
-              "andreas-stable € | vs fifo | vs edf | vs ps | stable vs andreas | stable vs edf | "
+              "andreas-paper € | vs fifo | vs edf | vs ps | paper vs andreas | paper vs edf | "
               "floor € | floor vs edf |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     def row(e: dict[str, Any], head: list[str], costs: tuple[str, ...],
@@ -253,9 +253,9 @@ def tables(doc: dict[str, Any]) -> str:
     rule = ("fifo", "edf", "ps")
     for e in doc["scenarios"]:
         m = mean_costs(e)
-        edf, stable = m["edf"]["total_cost_eur"], m["andreas-stable"]["total_cost_eur"]
+        edf, stable = m["edf"]["total_cost_eur"], m["andreas-paper"]["total_cost_eur"]
         lines.append(row(e, [f"s{e['case']}", str(e["nodes"]), str(e["jobs"]),
-                             str(len(e["runs"]))], (*rule, "andreas", "andreas-stable"), rule,
+                             str(len(e["runs"]))], (*rule, "andreas", "andreas-paper"), rule,
                          [_red(m["andreas"]["total_cost_eur"], stable), _red(edf, stable),
                           f"{e['energy_floor_eur']:.2f}", _red(edf, e["energy_floor_eur"])]))
     lines += ["", "§V-B, first-principle baselines (the fastest configuration the free GPUs "
@@ -272,15 +272,15 @@ def tables(doc: dict[str, Any]) -> str:
         lines += ["", "Load sweep (arrival rate × capacity; the tables above: 1.0): mean total "
                   "cost, EUR, andreas's reduction against each baseline, and EDF's late jobs",
                   "", "| scenario | N | load | seeds | fifo € | edf € | ps € | edf-fastest € | "
-                  "andreas € | andreas-stable € | vs fifo | vs edf | vs ps | vs edf-fastest | "
+                  "andreas € | andreas-paper € | vs fifo | vs edf | vs ps | vs edf-fastest | "
                   "late edf / andreas |",
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for e in doc["sweep"]:
             lines.append(row(e, [f"s{e['case']}", str(e["nodes"]), str(e["load"]),
                                  str(len(e["runs"]))],
-                             (*rule, "edf-fastest", "andreas", "andreas-stable"),
+                             (*rule, "edf-fastest", "andreas", "andreas-paper"),
                              (*rule, "edf-fastest"), [late(e, ("edf", "andreas"))]))
-    shown = ("fifo", "edf", "ps", "andreas", "andreas-stable")
+    shown = ("fifo", "edf", "ps", "andreas", "andreas-paper")
     lines += ["", "Energy only (mean, EUR), late jobs and preemptions (mean per run):", "",
               "| scenario | N | " + " | ".join(f"{p} energy €" for p in shown)
               + " | late fifo/edf/ps/andreas/stable | preemptions andreas / stable |",
@@ -292,7 +292,7 @@ def tables(doc: dict[str, Any]) -> str:
             + " | ".join(_num(m[p]['energy_cost_eur'], ".2f") for p in shown) + " | "
             + "/".join(_num(m[p]['late_jobs'], ".0f") for p in shown) + " | "
             + f"{_num(m['andreas']['preemptions'], '.0f')} / "
-            + f"{_num(m['andreas-stable']['preemptions'], '.0f')} |")
+            + f"{_num(m['andreas-paper']['preemptions'], '.0f')} |")
     lines += ["", "Plan time per rescheduling point of andreas (first seed), ms "
               f"(MaxIt_RG = {doc['iterations']}; in-process, one core of a shared 2-core "
               "machine):", "", "| scenario | N | points | p50 | p99 | max |",
