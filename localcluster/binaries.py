@@ -136,6 +136,7 @@ def build(log_path: Path | None = None, timeout_s: float = 3 * 3600) -> Path:
                 stderr=log,
                 text=True,
                 timeout=timeout_s,
+                env=_lock_held_env(),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise BinariesUnavailable(f"build script failed: {exc} (log: {log_path})") from exc
@@ -197,6 +198,7 @@ def find_kubelet_numa(allow_build: bool = True, timeout_s: float = 1800) -> Path
             proc = subprocess.run(
                 ["bash", str(build_script_path()), "--kubelet-numa"],
                 stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout_s,
+                env=_lock_held_env(),
             )
         except (OSError, subprocess.SubprocessError) as exc:
             raise BinariesUnavailable(f"building kubelet-numa failed: {exc} (log: {log_path})") \
@@ -224,3 +226,9 @@ def _kubelet_numa_cached() -> Path | None:
                 if ln.startswith("K8S_VERSION=")), "")
     path = cache_root() / "bin" / f"kubelet-numa-{k8s}-{digest}" / "kubelet-numa"
     return path if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def _lock_held_env() -> dict[str, str]:
+    """The build script's environment when this process already holds ``.build.lock``: the
+    script then does not take it again (it would wait for itself)."""
+    return {**os.environ, "GPUTOPO_BUILD_LOCK_HELD": "1"}

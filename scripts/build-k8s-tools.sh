@@ -46,6 +46,18 @@ die() { log "ERROR: $*"; exit 1; }
 
 command -v go >/dev/null || die "go not found in PATH"
 
+# One build at a time per cache: two concurrent runs write the same <name>.tmp files and one
+# fails. localcluster.binaries takes this lock itself around its call and says so with
+# GPUTOPO_BUILD_LOCK_HELD=1; a direct run (scripts/test, a developer's shell) takes it here.
+mkdir -p "${CACHE_ROOT}"
+if [[ "${GPUTOPO_BUILD_LOCK_HELD:-}" != "1" ]]; then
+  exec 9>"${CACHE_ROOT}/.build.lock"
+  if ! flock -n 9; then
+    log "another build holds ${CACHE_ROOT}/.build.lock; waiting for it"
+    flock 9
+  fi
+fi
+
 JOBS="${GPUTOPO_BUILD_JOBS:-$(nproc)}"
 if (( JOBS > 2 )); then JOBS=2; fi
 export CGO_ENABLED=0
