@@ -532,6 +532,8 @@ def main() -> None:
                     help="parts, comma-separated, run in this order: timing, armida, "
                     "ablation, costs")
     ap.add_argument("--ablation-sizes", default="10", help="N of the ablation (10)")
+    ap.add_argument("--sizes", default="10,50,100,200",
+                    help="N of the costs part (10,50,100,200), three seeds each")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = set(parts) - {"costs", "ablation", "timing", "armida"}
@@ -562,7 +564,9 @@ def main() -> None:
                                                for s in (1, 2, 3))
                 for c in (1, 2) for n in sizes}
         elif part == "costs":
-            doc["costs"] = costs(QUICK if args.quick else SIZES, iterations, args.workers,
+            sizes_c = QUICK if args.quick else {int(x): SIZES.get(int(x), [1, 2, 3])
+                                                for x in args.sizes.split(",")}
+            doc["costs"] = costs(sizes_c, iterations, args.workers,
                                  keep_outputs=not args.quick)
         walls[part] = time.perf_counter() - t
         if not args.quick:  # after each part: an interrupted run keeps what it finished
