@@ -274,7 +274,7 @@ def _shared_request(pod: Mapping[str, Any], ann: Mapping[str, Any], slots: int, 
 
 def request_from_pod(
     pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
-    colocation: ColocationInputs | None = None,
+    colocation: ColocationInputs | None = None, demand: Mapping[str, int] | None = None,
 ) -> Request | None:
     """The pod's placement request, or None when it asks for no gputopo resource.
 
@@ -283,6 +283,9 @@ def request_from_pod(
         memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` unit.
         colocation: the profile layers and threshold for ``gputopo.io/gpu-shared`` pods
             (None = the shipped catalog and the default threshold).
+        demand: the pod's gputopo resources (``nvidia.com/gpu`` …, as :func:`pod_resources`
+            returns them) when they come from elsewhere than its containers' limits — the
+            DRA allocator passes what the pod's ResourceClaims ask; None = the containers'.
 
     Returns:
         ``Request(count=n, pattern, bandwidth_sensitive)`` for ``nvidia.com/gpu: n``;
@@ -297,7 +300,8 @@ def request_from_pod(
             than requested), a bad boolean annotation; for a co-location slot: more than
             one slot, whole GPUs or vGPU-core beside it, bad co-location annotations.
     """
-    res = pod_resources(pod)
+    res = dict.fromkeys(_RESOURCES, 0)
+    res.update(pod_resources(pod) if demand is None else demand)
     gpus, core, mem = res[RESOURCE_GPU], res[RESOURCE_VGPU_CORE], res[RESOURCE_VGPU_MEMORY]
     shared = res[RESOURCE_GPU_SHARED]
     if gpus == 0 and core == 0 and mem == 0 and shared == 0:
@@ -370,15 +374,17 @@ def request_from_pod(
 
 def parse_pod(
     pod: Mapping[str, Any], *, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
-    colocation: ColocationInputs | None = None,
+    colocation: ColocationInputs | None = None, demand: Mapping[str, int] | None = None,
 ) -> PodRequest | None:
-    """:func:`request_from_pod` and :func:`policy_from_pod` together (None = pass-through).
+    """:func:`request_from_pod` and :func:`policy_from_pod` together (None = pass-through);
+    ``demand`` as in :func:`request_from_pod`.
 
     Raises:
         PodSpecError: see both functions; also a co-location slot whose
             ``gputopo.io/policy`` does not place co-location slots.
     """
-    request = request_from_pod(pod, memory_unit_mib=memory_unit_mib, colocation=colocation)
+    request = request_from_pod(pod, memory_unit_mib=memory_unit_mib, colocation=colocation,
+                               demand=demand)
     if request is None:
         return None
     policy = policy_from_pod(pod)
