@@ -1,0 +1,587 @@
+"""The DRA allocator: pods whose ResourceClaims ask gputopo's DeviceClasses get the node and
+GPU set the extender's placement policy chooses, written as the claims' allocation before
+kube-scheduler sees the pods (docs/dra.md has the why; this is the how).
+
+For each pod not bound yet that references ResourceClaims (:meth:`Allocator.sync`):
+
+1. wait until every claim exists (the resourceclaim controller creates template claims);
+2. no gputopo claim: remove gputopo's scheduling gate, if any — kube-scheduler does the rest;
+3. every gputopo claim allocated (a restart, a claim shared with another pod): remove the gate;
+4. otherwise decide: the pod's gputopo requests over its unallocated claims are one placement
+   request (:func:`~scheduler_extender.dra.claims.pod_demand` →
+   :func:`~scheduler_extender.podspec.parse_pod`, with the pod's ``gputopo.io/pattern``,
+   ``bandwidth-sensitive`` and ``policy`` annotations), decided by the extender's
+   :class:`~scheduler_extender.decision.Decider` over every node whose pool offers GPUs —
+   the same decision layer, policies and scores as ``/filter`` + ``/prioritize`` — on the
+   live state (every allocated claim, every reservation). The best-scoring node wins (ties:
+   fewest free GPUs, then name). Its set is split over the claims
+   (:func:`~scheduler_extender.dra.claims.split`) and *reserved* in the book, which refuses a
+   GPU already taken;
+5. write, on a writer thread: each claim's ``status.allocation`` + ``reservedFor`` (with the
+   ``resourceVersion`` decided on), then the pod (gate removed, the decision's
+   ``gputopo.io/*`` annotations). kube-scheduler then binds the pod to the allocation's node
+   without writing the claims again. A failed write releases what it had reserved and the pod
+   is tried again.
+
+The node must suit the rest of the pod too. The allocator checks ``spec.nodeSelector`` and
+NoSchedule/NoExecute taints against tolerations; anything else that keeps the pod off the node
+(CPU, affinity, other drivers' claims) makes kube-scheduler's PostFilter deallocate the claim
+(``DynamicResources.PostFilter``); the allocator sees that, remembers the node, and decides
+again without it.
+
+Decisions run on one thread, in arrival order (a scheduling queue); writes run on
+``writers`` threads. What cannot be placed now waits and is retried when GPUs are freed,
+offered or a claim changes; its reason goes to the pod as an Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
+from scheduler_extender.dra.claims import (
+    DELETE_PROTECTION,
+    ClaimAsk,
+    ClaimError,
+    Grant,
+    PodClaimRef,
+    allocation_status,
+    pod_claim_refs,
+    pod_demand,
+    pod_gated,
+    split,
+)
+from scheduler_extender.dra.state import DraState, claim_ref
+from scheduler_extender.kubernetes_state import ApiError
+from scheduler_extender.podspec import PodSpecError, choose_policy, parse_pod
+from scheduler_extender.profiles import ProfileLayers
+from scheduler_extender.state import Allocation, ReservationConflict
+from topology.contract import assignment_annotations
+from topology.dra import DeviceKind
+from topology.model import Topology
+from topology.policies.base import Decision, Resident
+
+log = logging.getLogger("gputopo.dra.allocator")
+
+
+class AllocatorAPI(Protocol):
+    """The writes the allocator makes (:class:`scheduler_extender.dra.kube.DraKubeAPI`)."""
+
+    def patch_claim_status(self, namespace: str, name: str, resource_version: str,
+                           status: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def add_claim_finalizer(self, namespace: str, name: str, resource_version: str,
+                            finalizers: list[str]) -> dict[str, Any]: ...
+
+    def release_pod(self, namespace: str, name: str, uid: str,
+                    annotations: Mapping[str, str]) -> None: ...
+
+    def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
+                  kind: str = "Warning") -> None: ...
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a pod."""
+    meta = _meta(pod)
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    for t in tolerations:
+        effect = t.get("effect")
+        if effect and effect != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t.get("key") == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (
+                taint.get("value") or ""):
+            return True
+    return False
+
+
+def node_admits(pod: Mapping[str, Any], node: Mapping[str, Any] | None) -> str | None:
+    """Why ``node`` cannot take ``pod`` by its ``nodeSelector`` or its NoSchedule /
+    NoExecute taints (None: no objection; kube-scheduler checks everything else)."""
+    if node is None:
+        return None
+    spec = pod.get("spec") or {}
+    labels = _meta(node).get("labels") or {}
+    for k, v in (spec.get("nodeSelector") or {}).items():
+        if labels.get(k) != v:
+            return f"node selector {k}={v}"
+    tolerations = [t for t in spec.get("tolerations") or [] if isinstance(t, Mapping)]
+    for taint in (node.get("spec") or {}).get("taints") or []:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not _tolerates(
+                tolerations, taint):
+            return f"taint {taint.get('key')}={taint.get('value', '')}:{taint.get('effect')}"
+    return None
+
+
+@dataclass
+class Metrics:
+    """Counters the service exports (plain integers; :mod:`scheduler_extender.dra.service`
+    turns them into Prometheus metrics)."""
+
+    allocated_claims: int = 0
+    released_pods: int = 0
+    decisions: int = 0
+    waiting: int = 0
+    write_errors: int = 0
+    requeued_after_deallocation: int = 0
+    decision_seconds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _PodRecord:
+    pod: Mapping[str, Any]
+    refs: list[PodClaimRef]
+    reason: str = ""          # why it waits (last reported)
+    in_flight: bool = False   # writes running
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
+class Allocator:
+    """Allocates gputopo claims of pending pods (thread-safe; one decision thread).
+
+    Args:
+        state: the cluster state (fed by the service's watches).
+        api: the writes.
+        policy: the default placement policy (pods pick another with ``gputopo.io/policy``).
+        colocation_policy: the default for co-location slots when ``policy`` does not
+            co-locate.
+        profiles: the co-location profile layers.
+        writers: threads making API writes (claims and pods of several pods at once).
+        clock: RFC 3339 "now" (tests pin it).
+    """
+
+    def __init__(
+        self, state: DraState, api: AllocatorAPI, *, policy: str = "gputopo",
+        colocation_policy: str = "gputopo", profiles: ProfileLayers | None = None,
+        writers: int = 16, clock: Callable[[], str] | None = None,
+    ) -> None:
+        self.state = state
+        self.api = api
+        self.policy = policy
+        self.colocation_policy = colocation_policy
+        self.profiles = profiles or ProfileLayers()
+        self.decider = Decider(state, memory_unit_mib=1)
+        self.metrics = Metrics()
+        self._clock = clock or (lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._queue: OrderedDict[str, None] = OrderedDict()
+        self._pods: dict[str, _PodRecord] = {}
+        self._by_claim: dict[str, set[str]] = {}   # claim key -> pod keys referencing it
+        self._nodes: dict[str, Mapping[str, Any]] = {}
+        self._classes: dict[str, Mapping[str, Any]] = {}
+        self._tried: dict[str, set[str]] = {}      # pod uid -> nodes kube-scheduler refused
+        self._stop = threading.Event()
+        self._writers = ThreadPoolExecutor(max_workers=writers,
+                                           thread_name_prefix="gputopo-dra-write")
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Start the decision thread."""
+        self._thread = threading.Thread(target=self._loop, daemon=True,
+                                        name="gputopo-dra-decide")
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop deciding; writes in flight finish."""
+        self._stop.set()
+        with self._lock:
+            self._wake.notify_all()
+        self._writers.shutdown(wait=True)
+        self.decider.close()
+
+    # ------------------------------------------------------------------ events
+    def on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        """A pending-pod event (DELETED also when the pod got bound or finished)."""
+        key = pod_key(pod)
+        with self._lock:
+            old = self._pods.get(key)
+            if old is not None:
+                for r in old.refs:
+                    if r.claim:
+                        self._by_claim.get(f"{key.split('/')[0]}/{r.claim}", set()).discard(key)
+            if kind == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
+                self._pods.pop(key, None)
+                self._tried.pop(str(_meta(pod).get("uid") or ""), None)
+                self._queue.pop(key, None)
+                return
+            refs = pod_claim_refs(pod)
+            if not refs and not pod_gated(pod):
+                self._pods.pop(key, None)
+                return
+            rec = _PodRecord(pod, refs)
+            if old is not None and _meta(old.pod).get("uid") == _meta(pod).get("uid"):
+                rec.reason, rec.in_flight = old.reason, old.in_flight
+                rec.annotations = old.annotations
+            self._pods[key] = rec
+            ns = key.split("/")[0]
+            for r in refs:
+                if r.claim:
+                    self._by_claim.setdefault(f"{ns}/{r.claim}", set()).add(key)
+            self._enqueue(key)
+
+    def on_claim(self, kind: str, claim: Mapping[str, Any]) -> None:
+        """A ResourceClaim event: book it, and wake the pods it concerns."""
+        meta = _meta(claim)
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+        before = self.state.claim(key)
+        parsed = self.state.apply_claim(kind, claim)
+        was = before[1] if before is not None else None
+        freed = isinstance(was, ClaimAsk) and was.allocation is not None and (
+            parsed is None or isinstance(parsed, ClaimError) or parsed.allocation is None)
+        with self._lock:
+            if freed and isinstance(was, ClaimAsk) and parsed is not None and was.node:
+                # deallocated while a pod it was reserved for still waits: kube-scheduler's
+                # PostFilter found the node unsuitable for the pod
+                for uid in was.reserved_for:
+                    for pk, rec in self._pods.items():
+                        if _meta(rec.pod).get("uid") == uid:
+                            self._tried.setdefault(uid, set()).add(was.node)
+                            self.metrics.requeued_after_deallocation += 1
+                            log.info("claim %s was deallocated from %s while pod %s waits; "
+                                     "deciding again without that node", key, was.node, pk)
+            for pk in self._by_claim.get(key, ()):
+                self._enqueue(pk)
+            owner = meta.get("ownerReferences") or []
+            for ref in owner:
+                if ref.get("kind") == "Pod":
+                    self._enqueue(f"{meta.get('namespace') or 'default'}/{ref.get('name')}")
+            if freed:
+                self._wake_waiting()
+
+    def on_node(self, kind: str, node: Mapping[str, Any]) -> None:
+        """A Node event (its labels and taints for :func:`node_admits`, its topology)."""
+        name = str(_meta(node).get("name") or "")
+        self.state.apply_node(kind, node)
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(name, None)
+            else:
+                self._nodes[name] = node
+            self._wake_waiting()
+
+    def on_slice(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceSlice event (GPUs offered or withdrawn)."""
+        self.state.apply_slice(kind, obj)
+        with self._lock:
+            self._wake_waiting()
+
+    def on_class(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A DeviceClass event (their config goes into allocations)."""
+        name = str(_meta(obj).get("name") or "")
+        with self._lock:
+            if kind == "DELETED":
+                self._classes.pop(name, None)
+            else:
+                self._classes[name] = obj
+            self._wake_waiting()
+
+    def _enqueue(self, key: str) -> None:
+        if key in self._pods:
+            self._queue[key] = None
+            self._wake.notify()
+
+    def _wake_waiting(self) -> None:
+        for key, rec in self._pods.items():
+            if rec.reason and not rec.in_flight:
+                self._queue[key] = None
+        self._wake.notify()
+
+    def pending(self) -> dict[str, str]:
+        """Pods waiting for GPUs → why (snapshot)."""
+        with self._lock:
+            return {k: r.reason for k, r in self._pods.items() if r.reason}
+
+    # ------------------------------------------------------------------ the loop
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                while not self._queue and not self._stop.is_set():
+                    self._wake.wait(1.0)
+                if self._stop.is_set():
+                    return
+                key, _ = self._queue.popitem(last=False)
+            try:
+                self.sync(key)
+            except Exception:  # noqa: BLE001 - one pod must not stop the allocator
+                log.exception("allocating pod %s failed", key)
+
+    def sync(self, key: str) -> None:
+        """Decide (and start writing) for pod ``key`` now (module docstring)."""
+        with self._lock:
+            rec = self._pods.get(key)
+            if rec is None or rec.in_flight:
+                return
+            pod, refs = rec.pod, rec.refs
+        ns = key.split("/")[0]
+        claims: list[ClaimAsk] = []
+        for ref in refs:
+            if not ref.needed:
+                continue
+            if ref.claim is None:
+                return  # the resourceclaim controller has not created it yet
+            seen = self.state.claim(f"{ns}/{ref.claim}")
+            if seen is None:
+                return  # not in the watch yet
+            parsed = seen[1]
+            if isinstance(parsed, ClaimError):
+                self._wait(key, str(parsed))
+                return
+            if ref.from_template and parsed.owner_pod != _meta(pod).get("uid"):
+                return  # a claim of an earlier pod of that name, about to be replaced
+            if parsed.deleting:
+                return
+            claims.append(parsed)
+        ours = [c for c in claims if c.ours]
+        todo = [c for c in ours if not c.allocated]
+        if not todo:
+            self._release(key, rec)
+            return
+        self._decide(key, rec, claims, todo)
+
+    # ------------------------------------------------------------------ deciding
+    def _decide(self, key: str, rec: _PodRecord, claims: list[ClaimAsk],
+                todo: list[ClaimAsk]) -> None:
+        pod = rec.pod
+        meta = _meta(pod)
+        uid = str(meta.get("uid") or "")
+        try:
+            demand = pod_demand(todo)
+            preq = parse_pod(pod, memory_unit_mib=1, colocation=self.profiles.snapshot(),
+                             demand=demand)
+        except (ClaimError, PodSpecError) as exc:
+            self._wait(key, f"cannot allocate: {exc}")
+            return
+        if preq is None:
+            self._release(key, rec)
+            return
+        nodes = {c.node for c in claims if c.allocated and c.node}
+        if len(nodes) > 1:
+            self._wait(key, f"the pod's allocated claims are on different nodes: "
+                       f"{', '.join(sorted(str(n) for n in nodes))}")
+            return
+        required = next(iter(nodes), None) or preq.required_node
+        policy = choose_policy(preq, self.policy, self.colocation_policy)
+        tried = self._tried.get(uid, set())
+        refused: dict[str, str] = {}
+        candidates: list[Candidate] = []
+        with self._lock:
+            node_objs = dict(self._nodes)
+        for name in self.state.node_names():
+            if required is not None and name != required:
+                continue
+            why = node_admits(pod, node_objs.get(name))
+            if why is None and name in tried and required is None:
+                why = "kube-scheduler refused the pod there"
+            if why is not None:
+                refused[name] = why
+                continue
+            candidates.append(Candidate(name))
+        if not candidates and tried and required is None:
+            self._tried.pop(uid, None)  # every node refused once: try them all again
+            candidates = [Candidate(n) for n in self.state.node_names() if n not in refused
+                          or refused[n] == "kube-scheduler refused the pod there"]
+        t0 = time.perf_counter()
+        ask = Ask(preq.request, policy, uid, required)
+        try:
+            rows = self.decider.decide(ask, candidates, verb="filter", scored=True)
+        except BadRequest as exc:
+            self._wait(key, f"cannot allocate: {exc}")
+            return
+        self.metrics.decisions += 1
+        self.metrics.decision_seconds.append(time.perf_counter() - t0)
+        if len(self.metrics.decision_seconds) > 10_000:
+            del self.metrics.decision_seconds[:5_000]
+        best = self._best(rows)
+        if best is None:
+            reasons = {r.name: r.outcome.reason for r in rows} | refused
+            self._wait(key, "no node has the GPUs: " + "; ".join(
+                f"{n}: {why}" for n, why in sorted(reasons.items())[:8]) if reasons else
+                "no node offers gputopo GPUs")
+            return
+        decision = best.outcome.decision
+        assert decision is not None
+        grants = split(decision.mapping, todo, core_percent=decision.core_percent,
+                       memory_mib=decision.memory_mib if decision.colocation is None
+                       else decision.colocation.memory_mib)
+        reserved: list[str] = []
+        try:
+            for g in grants:
+                self.state.hold(self._record(g, best.name, decision))
+                reserved.append(g.claim.uid)
+        except ReservationConflict as exc:
+            for r in reserved:
+                self.state.unhold(r)
+            log.warning("pod %s: %s; deciding again", key, exc)
+            with self._lock:
+                self._enqueue(key)
+            return
+        with self._lock:
+            rec.in_flight = True
+            rec.reason = ""
+            rec.annotations = assignment_annotations(decision, best.name)
+        log.info("pod %s -> %s gpus=%s effbw=%.1fGB/s policy=%s claims=%s", key, best.name,
+                 ",".join(map(str, decision.mapping)), decision.effective_bandwidth_gbps,
+                 decision.policy, ",".join(g.claim.name for g in grants))
+        self._writers.submit(self._write, key, rec, best.name, grants, decision)
+
+    @staticmethod
+    def _best(rows: list[NodeDecision]) -> NodeDecision | None:
+        fits = [r for r in rows if r.outcome.decision is not None]
+        if not fits:
+            return None
+
+        def rank(r: NodeDecision) -> tuple[int, int, str]:
+            topo = r.view.topology
+            free = len(r.view.state.free_gpus(topo)) if isinstance(topo, Topology) else 0
+            return (-(r.score or 0), free, r.name)
+
+        return min(fits, key=rank)
+
+    def _record(self, grant: Grant, node: str, decision: Decision) -> Allocation:
+        ref = claim_ref(grant.claim)
+        gpus = grant.indices
+        if grant.kind is DeviceKind.SLOT:
+            c = decision.colocation
+            assert c is not None
+            resident = Resident(c.job or ref.name, c.profile, c.memory_mib)
+            self.state.remember_resident(grant.claim.uid, resident)
+            return Allocation(ref, node, gpus, memory_mib=c.memory_mib, colocation=resident,
+                              confirmed=False)
+        if grant.kind is DeviceKind.SHARE:
+            return Allocation(ref, node, gpus, core_percent=grant.core_percent,
+                              memory_mib=grant.memory_mib, fractional=True, confirmed=False)
+        return Allocation(ref, node, gpus, confirmed=False)
+
+    # ------------------------------------------------------------------ writing
+    def _write(self, key: str, rec: _PodRecord, node: str, grants: list[Grant],
+               decision: Decision) -> None:
+        pod = rec.pod
+        meta = _meta(pod)
+        ns, name, uid = key.split("/")[0], str(meta.get("name")), str(meta.get("uid") or "")
+        done: set[str] = set()
+        try:
+            for g in grants:
+                c = g.claim
+                seen = self.state.claim(c.key)
+                obj = seen[0] if seen is not None else {}
+                rv = c.resource_version
+                if not c.owner_pod and not c.protected:
+                    # no pod owns it: the resourceclaim controller must deallocate it when
+                    # its last consumer goes, which it does for claims with this finalizer
+                    fins = list(_meta(obj).get("finalizers") or []) + [DELETE_PROTECTION]
+                    updated = self.api.add_claim_finalizer(ns, c.name, rv, fins)
+                    rv = str(_meta(updated).get("resourceVersion") or rv)
+                share_ids = {a.name: str(uuid.uuid4()) for a in c.requests} \
+                    if g.kind is not DeviceKind.GPU else None
+                status = allocation_status(obj, g, node, classes=self._classes_snapshot(),
+                                           pod_name=name, pod_uid=uid, timestamp=self._clock(),
+                                           share_ids=share_ids)
+                self.api.patch_claim_status(ns, c.name, rv, status)
+                done.add(c.uid)
+                self.metrics.allocated_claims += 1
+            self.api.release_pod(ns, name, uid, rec.annotations)
+            self.metrics.released_pods += 1
+        except (ApiError, ClaimError) as exc:
+            self.metrics.write_errors += 1
+            for g in grants:
+                if g.claim.uid not in done:
+                    self.state.unhold(g.claim.uid)
+            code = exc.status if isinstance(exc, ApiError) else 0
+            log.warning("pod %s: writing the allocation on %s failed (%s)%s", key, node, exc,
+                        "" if done else "; nothing was written")
+            self._settle(key, uid, retry=code != 404)
+            return
+        except Exception:  # noqa: BLE001
+            log.exception("pod %s: writing the allocation failed", key)
+            for g in grants:
+                if g.claim.uid not in done:
+                    self.state.unhold(g.claim.uid)
+            self._settle(key, uid, retry=True)
+            return
+        self._settle(key, uid)
+
+    def _settle(self, key: str, uid: str, *, retry: bool = False) -> None:
+        """The writes of pod ``key`` (UID ``uid``) are over: clear its in-flight mark (on the
+        record the pod watch may have replaced meanwhile) and, with ``retry``, try again."""
+        with self._lock:
+            rec = self._pods.get(key)
+            if rec is not None and _meta(rec.pod).get("uid") == uid:
+                rec.in_flight = False
+                if retry:
+                    self._enqueue(key)
+
+    def _classes_snapshot(self) -> dict[str, Mapping[str, Any]]:
+        with self._lock:
+            return dict(self._classes)
+
+    def _release(self, key: str, rec: _PodRecord) -> None:
+        """Remove the gate of a pod that needs no (more) allocation."""
+        pod = rec.pod
+        if not pod_gated(pod) or rec.in_flight:
+            with self._lock:
+                rec.reason = ""
+            return
+        meta = _meta(pod)
+        with self._lock:
+            rec.in_flight = True
+            rec.reason = ""
+
+        uid = str(meta.get("uid") or "")
+
+        def run() -> None:
+            try:
+                self.api.release_pod(key.split("/")[0], str(meta.get("name")), uid,
+                                     rec.annotations)
+                self.metrics.released_pods += 1
+            except ApiError as exc:
+                log.warning("pod %s: removing the scheduling gate failed: %s", key, exc)
+                self._settle(key, uid, retry=exc.status != 404)
+                return
+            self._settle(key, uid)
+
+        self._writers.submit(run)
+
+    def _wait(self, key: str, reason: str) -> None:
+        """Record why the pod waits; tell the pod (an Event) when the reason changes."""
+        with self._lock:
+            rec = self._pods.get(key)
+            if rec is None:
+                return
+            changed = rec.reason != reason
+            rec.reason = reason
+            self.metrics.waiting = sum(1 for r in self._pods.values() if r.reason)
+            pod = rec.pod
+        if not changed:
+            return
+        log.info("pod %s waits: %s", key, reason)
+
+        def run() -> None:
+            try:
+                self.api.pod_event(pod, "GPUAllocationPending", reason)
+            except ApiError as exc:
+                log.debug("event for %s failed: %s", key, exc)
+
+        self._writers.submit(run)
+
+
+__all__ = ["Allocator", "AllocatorAPI", "Metrics", "node_admits", "pod_key"]

@@ -1,0 +1,295 @@
+"""``gputopo dra-allocator`` as a process: the lists and watches that feed
+:class:`~scheduler_extender.dra.allocator.Allocator`, leader election (a coordination.k8s.io
+Lease), and ``/healthz``, ``/readyz``, ``/metrics``.
+
+Start-up rebuilds everything from the API before the first decision: Nodes, gputopo's
+ResourceSlices, DeviceClasses and every ResourceClaim (the GPUs they hold), the profiles of
+co-located jobs from their pods' ``gputopo.io/colocation`` annotation, then the pods not bound
+yet. A restarted (or newly elected) allocator therefore neither loses an allocation nor hands
+out a GPU twice.
+
+Metrics (prometheus-client text format)::
+
+    gputopo_dra_allocator_leader                 1 while this replica holds the Lease
+    gputopo_dra_allocator_ready                  1 once the state is synced
+    gputopo_dra_allocator_claims_allocated_total claims whose allocation was written
+    gputopo_dra_allocator_pods_released_total    pods whose scheduling gate was removed
+    gputopo_dra_allocator_decisions_total        placement decisions made
+    gputopo_dra_allocator_write_errors_total     failed API writes (the pod is tried again)
+    gputopo_dra_allocator_waiting_pods           pods waiting for GPUs
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from scheduler_extender.dra.allocator import Allocator
+from scheduler_extender.dra.claims import ClaimAsk
+from scheduler_extender.dra.kube import DraKubeAPI
+from scheduler_extender.dra.settings import AllocatorSettings
+from scheduler_extender.dra.state import DraState
+from scheduler_extender.kubernetes_state import ApiError, WatchExpired
+from scheduler_extender.profiles import ProfileLayers
+from topology.contract import ANN_COLOCATION, AssignmentError, parse_assignment
+from topology.dra import DeviceKind
+
+log = logging.getLogger("gputopo.dra.allocator")
+
+#: Server-side timeout of one watch call, s (the watch is then re-opened).
+WATCH_TIMEOUT_S = 300
+
+Lister = Callable[[], tuple[list[dict[str, Any]], str]]
+Watcher = Callable[[str, int], Iterator[dict[str, Any]]]
+Handler = Callable[[str, Mapping[str, Any]], None]
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+class Feeds:
+    """The list + watch loops of one allocator (a thread per kind; relist after 410 Gone or
+    an error)."""
+
+    def __init__(self, api: DraKubeAPI, allocator: Allocator) -> None:
+        self.api = api
+        self.allocator = allocator
+        self.stop = threading.Event()
+        a = allocator
+        self.kinds: dict[str, tuple[Lister, Watcher, Handler]] = {
+            "nodes": (api.list_nodes, api.watch_nodes, a.on_node),
+            "slices": (api.list_slices, api.watch_slices, a.on_slice),
+            "classes": (api.list_device_classes, api.watch_device_classes, a.on_class),
+            "claims": (api.list_claims, api.watch_claims, a.on_claim),
+            "pods": (api.list_pending_pods, api.watch_pending_pods, a.on_pod),
+        }
+        self._rv: dict[str, str] = {}
+
+    def sync(self) -> None:
+        """List every kind once, in dependency order, and rebuild the state.
+
+        Raises:
+            ApiError: a list failed.
+        """
+        state = self.allocator.state
+        for kind in ("nodes", "slices", "classes", "claims"):
+            self._list(kind)
+            state.mark_synced(kind)
+        self._residents()
+        self._list("pods")
+
+    def _list(self, kind: str) -> None:
+        lister, _watch, handle = self.kinds[kind]
+        items, rv = lister()
+        if kind == "claims":
+            self.allocator.state.resync_claims(items)
+            for obj in items:
+                self.allocator.on_claim("ADDED", obj)
+        else:
+            for obj in items:
+                handle("ADDED", obj)
+        self._rv[kind] = rv
+
+    def _residents(self) -> None:
+        """Co-located jobs' profiles from their pods (only when slot claims are allocated)."""
+        state = self.allocator.state
+        slot_claims = [(obj, c) for obj, c in state.claims() if isinstance(c, ClaimAsk)
+                       and c.allocation is not None and c.allocation.kind is DeviceKind.SLOT]
+        if not slot_claims:
+            return
+        pods, _ = self.api.list_all_pods()
+        by_uid = {str((p.get("metadata") or {}).get("uid")): p for p in pods}
+        for obj, c in slot_claims:
+            for uid in c.reserved_for:
+                pod = by_uid.get(uid)
+                ann = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+                if ANN_COLOCATION not in ann:
+                    continue
+                try:
+                    resident = parse_assignment(ann).colocation
+                except AssignmentError as exc:
+                    log.warning("pod of claim %s: %s", c.key, exc)
+                    continue
+                if resident is not None:
+                    state.remember_resident(c.uid, resident)
+                    state.apply_claim("MODIFIED", obj)
+
+    def start(self) -> None:
+        """Watch every kind in daemon threads."""
+        for kind in self.kinds:
+            threading.Thread(target=self._watch_loop, args=(kind,), daemon=True,
+                             name=f"gputopo-dra-watch-{kind}").start()
+
+    def _watch_loop(self, kind: str) -> None:
+        _lister, watch, handle = self.kinds[kind]
+        backoff = 0.5
+        while not self.stop.is_set():
+            try:
+                for event in watch(self._rv.get(kind, ""), WATCH_TIMEOUT_S):
+                    if self.stop.is_set():
+                        return
+                    obj = event.get("object") or {}
+                    rv = _rv(obj)
+                    if rv:
+                        self._rv[kind] = rv
+                    if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                        handle(str(event["type"]), obj)
+                backoff = 0.5
+            except WatchExpired:
+                log.info("%s watch expired (410 Gone); relisting", kind)
+                self._relist(kind)
+            except Exception as exc:  # noqa: BLE001 - keep watching whatever happens
+                log.warning("%s watch failed: %s; retrying in %.1fs", kind, exc, backoff)
+                if self.stop.wait(backoff):
+                    return
+                backoff = min(backoff * 2, 10.0)
+                self._relist(kind)
+
+    def _relist(self, kind: str) -> None:
+        try:
+            self._list(kind)
+        except ApiError as exc:
+            log.warning("%s relist failed: %s", kind, exc)
+
+
+class _Probes(BaseHTTPRequestHandler):
+    """``/healthz`` (alive), ``/readyz`` (synced and, with leader election, leading or
+    standing by) and ``/metrics``."""
+
+    service: Service
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        svc = self.service
+        if self.path.startswith("/metrics"):
+            body, code, ctype = svc.metrics_text().encode(), 200, "text/plain; version=0.0.4"
+        elif self.path.startswith("/readyz"):
+            ok = svc.ready()
+            body, code, ctype = (b"ok" if ok else b"not synced"), (200 if ok else 503), \
+                "text/plain"
+        else:
+            body, code, ctype = b"ok", 200, "text/plain"
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - base signature
+        return
+
+
+class Service:
+    """One allocator process (see the module docstring)."""
+
+    def __init__(self, settings: AllocatorSettings, api: DraKubeAPI | None = None) -> None:
+        self.settings = settings
+        self.api = api or DraKubeAPI.from_config(settings.kubeconfig,
+                                                 bind_connections=settings.writers)
+        profiles = ProfileLayers(settings.profile_catalog, settings.user_profiles)
+        self.state = DraState()
+        self.allocator = Allocator(self.state, self.api, policy=settings.policy,
+                                   colocation_policy=settings.colocation_policy,
+                                   profiles=profiles, writers=settings.writers)
+        self.feeds = Feeds(self.api, self.allocator)
+        self.leading = not settings.leader_elect
+        self._synced = False
+        self._server: ThreadingHTTPServer | None = None
+
+    def ready(self) -> bool:
+        """Alive and, when leading, synced (a standby is ready: it only waits)."""
+        return self._synced or not self.leading
+
+    def metrics_text(self) -> str:
+        """The metrics page."""
+        m = self.allocator.metrics
+        rows = [
+            ("gputopo_dra_allocator_leader", "gauge", int(self.leading)),
+            ("gputopo_dra_allocator_ready", "gauge", int(self._synced)),
+            ("gputopo_dra_allocator_claims_allocated_total", "counter", m.allocated_claims),
+            ("gputopo_dra_allocator_pods_released_total", "counter", m.released_pods),
+            ("gputopo_dra_allocator_decisions_total", "counter", m.decisions),
+            ("gputopo_dra_allocator_write_errors_total", "counter", m.write_errors),
+            ("gputopo_dra_allocator_waiting_pods", "gauge", len(self.allocator.pending())),
+        ]
+        out = []
+        for name, kind, value in rows:
+            out += [f"# TYPE {name} {kind}", f"{name} {value}"]
+        return "\n".join(out) + "\n"
+
+    def serve_probes(self) -> None:
+        """Start the probe/metrics HTTP server (port 0: none)."""
+        if not self.settings.port:
+            return
+        handler = type("Probes", (_Probes,), {"service": self})
+        self._server = ThreadingHTTPServer((self.settings.host, self.settings.port), handler)
+        threading.Thread(target=self._server.serve_forever, daemon=True,
+                         name="gputopo-dra-probes").start()
+
+    def lead(self) -> None:
+        """Sync, then allocate until the process ends."""
+        self.leading = True
+        while True:
+            try:
+                self.feeds.sync()
+                break
+            except ApiError as exc:
+                log.warning("initial list failed: %s; retrying in 2 s", exc)
+                time.sleep(2.0)
+        self._synced = True
+        self.allocator.start()
+        self.feeds.start()
+        log.info("dra-allocator leading: %d nodes offer GPUs, %d claims held, policy %s",
+                 len(self.state.node_names()), len(self.state.book.all()),
+                 self.settings.policy)
+        threading.Event().wait()
+
+    def run(self) -> None:
+        """Serve probes and lead (after taking the Lease, with leader election)."""
+        self.serve_probes()
+        if not self.settings.leader_elect:
+            self.lead()
+            return
+        from kubernetes import config as k8s_config
+        from kubernetes.leaderelection import electionconfig, leaderelection
+        from kubernetes.leaderelection.resourcelock.leaselock import LeaseLock
+
+        if self.settings.kubeconfig is not None:
+            k8s_config.load_kube_config(config_file=str(self.settings.kubeconfig))
+        else:
+            k8s_config.load_incluster_config()
+        logging.getLogger("leaderelection").setLevel(logging.WARNING)
+        identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+        s = self.settings
+
+        def lost() -> None:
+            log.error("dra-allocator lost its lease %s/%s; exiting", s.lease_namespace,
+                      s.lease_name)
+            sys.stdout.flush()
+            os._exit(1)  # the library's renew loop cannot be interrupted otherwise
+
+        lock = LeaseLock(s.lease_name, s.lease_namespace, identity)
+        cfg = electionconfig.Config(lock, s.lease_duration_s, s.renew_deadline_s,
+                                    s.retry_period_s, self.lead, lost)
+        log.info("dra-allocator %s waiting for lease %s/%s", identity, s.lease_namespace,
+                 s.lease_name)
+        while True:
+            leaderelection.LeaderElection(cfg).run()
+            time.sleep(s.retry_period_s)
+
+
+def run(settings: AllocatorSettings) -> None:
+    """Run the allocator until the process ends.
+
+    Raises:
+        ApiError: the Kubernetes configuration cannot be loaded.
+    """
+    Service(settings).run()

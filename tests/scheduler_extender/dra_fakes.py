@@ -1,0 +1,200 @@
+"""A fake of the DRA allocator's API and of the objects the cluster holds: nodes, gputopo's
+slices (from the contract, :func:`topology.dra.resource_slices`), DeviceClasses, claims and
+pods as the API returns them. Writes land in the fake's objects and go back to the allocator
+as watch events, as in a cluster; a test can make a write fail."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from scheduler_extender.dra.allocator import Allocator
+from scheduler_extender.dra.claims import SCHEDULING_GATE
+from scheduler_extender.dra.state import DraState
+from scheduler_extender.kubernetes_state import ApiError
+from topology import catalog, dra
+from topology.contract import ANN_TOPOLOGY
+from topology.model import Topology
+from topology.serialization import dumps
+
+_uids = itertools.count(1)
+
+
+def uid() -> str:
+    return f"00000000-0000-0000-0000-{next(_uids):012d}"
+
+
+def node_obj(name: str, topo: Topology, **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels},
+                         "annotations": {ANN_TOPOLOGY: dumps(topo)}}, "spec": {}}
+
+
+def claim_obj(ns: str, name: str, requests: Sequence[Mapping[str, Any]], *,
+              owner: Mapping[str, Any] | None = None, **spec_extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": ns, "name": name, "uid": uid(), "resourceVersion": "1"}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "controller": True,
+                                    "name": owner["metadata"]["name"],
+                                    "uid": owner["metadata"]["uid"]}]
+    return {"metadata": meta, "spec": {"devices": {"requests": list(requests), **spec_extra}},
+            "status": {}}
+
+
+def gpus(name: str, count: int, cls: str = dra.CLASS_GPU) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": cls, "count": count}}
+
+
+def share(name: str, compute: int, memory: str) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": dra.CLASS_SHARE, "count": 1,
+                                      "capacity": {"requests": {"compute": str(compute),
+                                                                "memory": memory}}}}
+
+
+def slot(name: str, memory: str = "4Gi") -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": dra.CLASS_SLOT, "count": 1,
+                                      "capacity": {"requests": {"memory": memory}}}}
+
+
+def pod_obj(ns: str, name: str, claims: Sequence[tuple[str, str]], *, gated: bool = True,
+            annotations: Mapping[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """A pod whose ``claims`` are (pod claim name, ResourceClaim name) pairs referenced by
+    name (``resourceClaimName``)."""
+    body: dict[str, Any] = {
+        "metadata": {"namespace": ns, "name": name, "uid": uid(),
+                     "annotations": dict(annotations or {})},
+        "spec": {"containers": [{"name": "c", "image": "x"}],
+                 "resourceClaims": [{"name": p, "resourceClaimName": c} for p, c in claims],
+                 **spec},
+        "status": {"phase": "Pending"},
+    }
+    if gated:
+        body["spec"]["schedulingGates"] = [{"name": SCHEDULING_GATE}]
+    return body
+
+
+class FakeAPI:
+    """Records writes, applies them to the stored objects and feeds them back to the
+    allocator (as the watch would), synchronously."""
+
+    def __init__(self) -> None:
+        self.allocator: Allocator | None = None
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, str]] = []
+        self.writes: list[tuple[str, str]] = []
+        self.fail_claim_writes: set[str] = set()
+        self._rv = itertools.count(100)
+
+    def _bump(self, obj: dict[str, Any]) -> None:
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
+
+    def patch_claim_status(self, namespace: str, name: str, resource_version: str,
+                           status: Mapping[str, Any]) -> dict[str, Any]:
+        key = f"{namespace}/{name}"
+        self.writes.append(("claim", key))
+        if key in self.fail_claim_writes:
+            raise ApiError("500 injected failure", 500)
+        obj = self.claims[key]
+        if obj["metadata"]["resourceVersion"] != resource_version:
+            raise ApiError("409 Conflict: the object has been modified", 409)
+        if obj.get("status", {}).get("allocation"):
+            raise ApiError("422 status.allocation: field is immutable", 422)
+        obj["status"] = copy.deepcopy(dict(status))
+        self._bump(obj)
+        assert self.allocator is not None
+        self.allocator.on_claim("MODIFIED", copy.deepcopy(obj))
+        return copy.deepcopy(obj)
+
+    def add_claim_finalizer(self, namespace: str, name: str, resource_version: str,
+                            finalizers: list[str]) -> dict[str, Any]:
+        key = f"{namespace}/{name}"
+        self.writes.append(("finalizer", key))
+        obj = self.claims[key]
+        if obj["metadata"]["resourceVersion"] != resource_version:
+            raise ApiError("409 Conflict", 409)
+        obj["metadata"]["finalizers"] = list(finalizers)
+        self._bump(obj)
+        assert self.allocator is not None
+        self.allocator.on_claim("MODIFIED", copy.deepcopy(obj))
+        return copy.deepcopy(obj)
+
+    def release_pod(self, namespace: str, name: str, uid: str,
+                    annotations: Mapping[str, str]) -> None:
+        key = f"{namespace}/{name}"
+        self.writes.append(("pod", key))
+        pod = self.pods.get(key)
+        if pod is None:
+            raise ApiError("404 Not Found", 404)
+        if pod["metadata"]["uid"] != uid:
+            raise ApiError("422 uid is immutable", 422)
+        pod["metadata"].setdefault("annotations", {}).update(annotations)
+        pod["spec"]["schedulingGates"] = [g for g in pod["spec"].get("schedulingGates", [])
+                                          if g["name"] != SCHEDULING_GATE]
+        assert self.allocator is not None
+        self.allocator.on_pod("MODIFIED", copy.deepcopy(pod))
+
+    def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
+                  kind: str = "Warning") -> None:
+        self.events.append((pod["metadata"]["name"], reason, message))
+
+    # -------------------------------------------------------------- test helpers
+    def add_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.claims[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        assert self.allocator is not None
+        self.allocator.on_claim("ADDED", copy.deepcopy(obj))
+        return obj
+
+    def add_pod(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+        assert self.allocator is not None
+        self.allocator.on_pod("ADDED", copy.deepcopy(obj))
+        return obj
+
+    def delete_pod(self, key: str) -> None:
+        """The pod goes and its claims with it (the resourceclaim controller / GC)."""
+        pod = self.pods.pop(key)
+        assert self.allocator is not None
+        self.allocator.on_pod("DELETED", pod)
+        for ckey, c in list(self.claims.items()):
+            if pod["metadata"]["uid"] in [r.get("uid") for r in
+                                          c.get("status", {}).get("reservedFor", [])]:
+                del self.claims[ckey]
+                self.allocator.on_claim("DELETED", c)
+
+
+def cluster(nodes: Mapping[str, str | Topology], *, taints: Mapping[str, Sequence[Any]] = {},
+            **kwargs: Any) -> tuple[Allocator, FakeAPI]:
+    """An allocator over ``nodes`` (name → catalog machine) with their slices and the
+    contract's DeviceClasses, synced, its decision thread not started (tests call
+    :meth:`Allocator.sync` or :func:`drain`)."""
+    api = FakeAPI()
+    state = DraState()
+    alloc = Allocator(state, api, writers=1, clock=lambda: "2026-01-01T00:00:00Z", **kwargs)
+    api.allocator = alloc
+    for name, machine in nodes.items():
+        topo = machine if isinstance(machine, Topology) else catalog.get(machine)
+        obj = node_obj(name, topo)
+        if name in taints:
+            obj["spec"]["taints"] = list(taints[name])
+        alloc.on_node("ADDED", obj)
+        for s in dra.resource_slices(topo, name):
+            alloc.on_slice("ADDED", s)
+    for c in dra.device_classes():
+        alloc.on_class("ADDED", c)
+    for kind in ("nodes", "slices", "claims"):
+        state.mark_synced(kind)
+    return alloc, api
+
+
+def drain(alloc: Allocator) -> None:
+    """Decide every queued pod, in order, and wait for the writes (one writer thread)."""
+    for _ in range(10_000):
+        with alloc._lock:  # noqa: SLF001 - the test drives the loop itself
+            if not alloc._queue:  # noqa: SLF001
+                break
+            key, _ = alloc._queue.popitem(last=False)  # noqa: SLF001
+        alloc.sync(key)
+        alloc._writers.submit(lambda: None).result()  # noqa: SLF001 - writes done
+    alloc._writers.submit(lambda: None).result()  # noqa: SLF001

@@ -1,0 +1,296 @@
+"""The DRA allocator against a fake API: claims get the policy's set on the live free GPUs,
+several claims per pod share one decision, other drivers' claims are left alone, nothing is
+handed out twice, a restart rebuilds the same state, and what it cannot honour is said."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler_extender.dra.claims import DELETE_PROTECTION, SCHEDULING_GATE, ClaimAsk
+from scheduler_extender.dra.state import DraState
+from tests.scheduler_extender.dra_fakes import (
+    claim_obj,
+    cluster,
+    drain,
+    gpus,
+    pod_obj,
+    share,
+    slot,
+)
+from topology import catalog, dra
+from topology.contract import ANN_GPU_INDICES, ANN_PATTERN, ANN_POLICY_USED
+from topology.patterns import parse_pattern
+from topology.policies.base import NodeState, NoFit, Request
+from topology.policies.evaluate import Evaluator
+
+DGX1 = catalog.get("dgx1-v100")
+place = Evaluator().place
+
+
+def _devices(claim: dict[str, Any]) -> list[str]:
+    return [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+
+
+def _indices(claim: dict[str, Any]) -> list[int]:
+    return [dra.parse_device_name(d).index for d in _devices(claim)]
+
+
+def _node(claim: dict[str, Any]) -> str:
+    sel = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
+    return str(sel["matchFields"][0]["values"][0])
+
+
+def test_a_ring_claim_gets_the_policys_set_and_the_pod_its_gate_lifted() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = pod_obj("ns", "ring", [("g", "ring-gpus")], annotations={ANN_PATTERN: "ring"})
+    api.add_claim(claim_obj("ns", "ring-gpus", [gpus("gpus", 4)]))
+    api.add_pod(pod)
+    drain(alloc)
+    claim = api.claims["ns/ring-gpus"]
+    want = place("gputopo", DGX1, NodeState(),
+                 Request(count=4, pattern=parse_pattern("ring", 4)))
+    assert sorted(_indices(claim)) == list(want.gpus)
+    assert _indices(claim) == list(want.mapping)  # the pattern's arrangement, in order
+    status = claim["status"]
+    assert status["reservedFor"] == [{"resource": "pods", "name": "ring",
+                                      "uid": pod["metadata"]["uid"]}]
+    assert status["allocation"]["allocationTimestamp"] == "2026-01-01T00:00:00Z"
+    assert _node(claim) == "n0"
+    # a claim no pod owns gets kube-scheduler's finalizer, so its release deallocates it
+    assert DELETE_PROTECTION in claim["metadata"]["finalizers"]
+    live = api.pods["ns/ring"]
+    assert live["spec"]["schedulingGates"] == []
+    assert live["metadata"]["annotations"][ANN_GPU_INDICES] == ",".join(map(str, want.gpus))
+    assert live["metadata"]["annotations"][ANN_POLICY_USED] == "gputopo"
+
+
+def test_the_next_pod_is_decided_on_the_live_free_set() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 3)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    taken = set(_indices(api.claims["ns/a"]))
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "b", [("g", "b")], annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    want = place("gputopo", DGX1, NodeState.whole(taken),
+                 Request(count=2, pattern=parse_pattern("ring", 2)))
+    assert sorted(_indices(api.claims["ns/b"])) == list(want.gpus)
+    assert not taken & set(want.gpus)
+
+
+def test_several_claims_of_one_pod_share_one_decision() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "c1", [gpus("g", 2)]))
+    api.add_claim(claim_obj("ns", "c2", [gpus("g", 1), gpus("h", 1)]))
+    api.add_pod(pod_obj("ns", "p", [("x", "c1"), ("y", "c2")],
+                        annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    want = place("gputopo", DGX1, NodeState(),
+                 Request(count=4, pattern=parse_pattern("ring", 4)))
+    c1, c2 = api.claims["ns/c1"], api.claims["ns/c2"]
+    assert _indices(c1) + _indices(c2) == list(want.mapping)
+    assert [r["request"] for r in c2["status"]["allocation"]["devices"]["results"]] == ["g", "h"]
+    assert _node(c1) == _node(c2) == "n0"
+
+
+def test_other_drivers_claims_are_left_to_kube_scheduler() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    nic = claim_obj("ns", "nic", [{"name": "n", "exactly": {"deviceClassName": "nic.example.com",
+                                                            "count": 1}}])
+    api.add_claim(nic)
+    api.add_pod(pod_obj("ns", "cpu", [("n", "nic")]))
+    api.add_claim(claim_obj("ns", "gpu", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "both", [("n", "nic"), ("g", "gpu")]))
+    drain(alloc)
+    assert api.claims["ns/nic"]["status"] == {}  # never written
+    assert api.pods["ns/cpu"]["spec"]["schedulingGates"] == []  # its gate is lifted
+    assert len(_indices(api.claims["ns/gpu"])) == 1
+    assert api.pods["ns/both"]["spec"]["schedulingGates"] == []
+
+
+def test_a_claim_mixing_drivers_or_with_selectors_is_refused_with_the_reason() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    mixed = claim_obj("ns", "mixed", [gpus("g", 1), {"name": "n", "exactly": {
+        "deviceClassName": "nic.example.com"}}])
+    sel = claim_obj("ns", "sel", [{"name": "g", "exactly": {
+        "deviceClassName": dra.CLASS_GPU, "count": 1,
+        "selectors": [{"cel": {"expression": "true"}}]}}])
+    for c in (mixed, sel):
+        api.add_claim(c)
+    api.add_pod(pod_obj("ns", "p1", [("m", "mixed")]))
+    api.add_pod(pod_obj("ns", "p2", [("s", "sel")]))
+    drain(alloc)
+    assert not [w for w in api.writes if w[0] == "claim"]
+    reasons = {name: msg for name, _r, msg in api.events}
+    assert "mixes gputopo requests" in reasons["p1"]
+    assert "selectors are not supported" in reasons["p2"]
+    assert api.pods["ns/p1"]["spec"]["schedulingGates"] == [{"name": SCHEDULING_GATE}]
+
+
+def test_a_pod_that_does_not_fit_waits_and_is_placed_when_gpus_are_freed() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "big", [gpus("g", 6)]))
+    api.add_pod(pod_obj("ns", "big", [("g", "big")]))
+    drain(alloc)
+    api.add_claim(claim_obj("ns", "next", [gpus("g", 4)]))
+    api.add_pod(pod_obj("ns", "next", [("g", "next")]))
+    drain(alloc)
+    assert "next" in {n for n, _r, _m in api.events}
+    assert alloc.pending()
+    assert api.claims["ns/next"]["status"] == {}
+    api.delete_pod("ns/big")
+    drain(alloc)
+    assert len(_indices(api.claims["ns/next"])) == 4
+    assert not alloc.pending()
+
+
+def test_node_selector_and_taints_are_respected() -> None:
+    taint = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"}, taints={"n0": [taint]})
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert _node(api.claims["ns/a"]) == "n1"
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "b", [("g", "b")], tolerations=[{"operator": "Exists"}],
+                        nodeSelector={"kubernetes.io/hostname": "n0"}))
+    drain(alloc)
+    assert _node(api.claims["ns/b"]) == "n0"
+
+
+def test_a_claim_kube_scheduler_deallocated_is_decided_again_elsewhere() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    drain(alloc)
+    first = _node(api.claims["ns/c"])
+    # kube-scheduler's PostFilter: the node did not suit the pod; it clears the allocation
+    obj = api.claims["ns/c"]
+    obj["status"] = {}
+    obj["metadata"]["resourceVersion"] = "999"
+    alloc.on_claim("MODIFIED", copy.deepcopy(obj))
+    drain(alloc)
+    assert _node(api.claims["ns/c"]) != first
+
+
+def test_shares_and_slots_follow_the_device_plugin_accounting() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "s1", [share("s", 30, "4Gi")]))
+    api.add_pod(pod_obj("ns", "s1", [("s", "s1")]))
+    drain(alloc)
+    r = api.claims["ns/s1"]["status"]["allocation"]["devices"]["results"]
+    assert len(r) == 1 and r[0]["device"].endswith("-share")
+    assert r[0]["consumedCapacity"] == {"memory": "4096Mi", "compute": "30"}
+    assert r[0]["shareID"]
+    gpu = dra.parse_device_name(r[0]["device"]).index
+    # the next share packs onto the same GPU (Gaia Fragment: best fit on partly used GPUs)
+    api.add_claim(claim_obj("ns", "s2", [share("s", 50, "2Gi")]))
+    api.add_pod(pod_obj("ns", "s2", [("s", "s2")]))
+    drain(alloc)
+    assert _indices(api.claims["ns/s2"]) == [gpu]
+    # a whole-GPU claim never gets a GPU that holds shares; a slot never joins a shared GPU
+    api.add_claim(claim_obj("ns", "w", [gpus("g", 7)]))
+    api.add_pod(pod_obj("ns", "w", [("g", "w")]))
+    api.add_claim(claim_obj("ns", "slot", [slot("s")]))
+    api.add_pod(pod_obj("ns", "slot", [("s", "slot")], annotations={
+        "gputopo.io/profile": "resnet18:64"}))
+    drain(alloc)
+    assert gpu not in _indices(api.claims["ns/w"])
+    assert api.claims["ns/slot"]["status"] == {}  # all 8 GPUs used whole or as shares
+    assert "slot" in {n for n, _r, _m in api.events}
+
+
+def test_a_restart_rebuilds_the_same_held_gpus_from_the_claims() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    for i, n in enumerate((3, 2, 1, 4)):
+        api.add_claim(claim_obj("ns", f"c{i}", [gpus("g", n)]))
+        api.add_pod(pod_obj("ns", f"p{i}", [("g", f"c{i}")]))
+    api.add_claim(claim_obj("ns", "sh", [share("s", 25, "1Gi")]))
+    api.add_pod(pod_obj("ns", "sh", [("s", "sh")]))
+    drain(alloc)
+    fresh = DraState()
+    for name in ("n0", "n1"):
+        fresh.apply_node("ADDED", {"metadata": {"name": name, "annotations": {
+            "gputopo.io/topology": alloc.state._node_ann[name]}}})  # noqa: SLF001
+        for s in dra.resource_slices(DGX1, name):
+            fresh.apply_slice("ADDED", s)
+    fresh.resync_claims(copy.deepcopy(list(api.claims.values())))
+    for name in ("n0", "n1"):
+        assert fresh.node_state(name).key() == alloc.state.node_state(name).key()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5), st.sampled_from(["ring", "all-to-all"]),
+                          st.booleans(), st.booleans()), min_size=1, max_size=14))
+def test_no_gpu_is_allocated_twice_and_each_claim_gets_the_policys_set(
+    stream: list[tuple[int, str, bool, bool]],
+) -> None:
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    nodes = ("n0", "n1")
+
+    def allocated() -> dict[str, tuple[str, set[int]]]:
+        return {k: (_node(c), set(_indices(c))) for k, c in api.claims.items()
+                if c["status"].get("allocation")}
+
+    for i, (k, pattern, sensitive, leave) in enumerate(stream):
+        before = {n: alloc.state.node_state(n) for n in nodes}
+        had = allocated()
+        ann = {ANN_PATTERN: pattern, "gputopo.io/bandwidth-sensitive": str(sensitive).lower()}
+        api.add_claim(claim_obj("ns", f"c{i}", [gpus("g", k)]))
+        api.add_pod(pod_obj("ns", f"p{i}", [("g", f"c{i}")], annotations=ann))
+        drain(alloc)
+        now = allocated()
+        for n in nodes:  # never twice, and the book is exactly the claims
+            held = [g for node, got in now.values() if node == n for g in got]
+            assert len(held) == len(set(held)), "a GPU handed out twice"
+            assert {g for a in alloc.state.book.on_node(n) for g in a.gpus} == set(held)
+        request = Request(count=k, pattern=parse_pattern(pattern, k),
+                          bandwidth_sensitive=sensitive)
+        new = set(now) - set(had)
+        if f"ns/c{i}" not in now:  # it waits: no node can host it now
+            for n in nodes:
+                with pytest.raises(NoFit):
+                    place("gputopo", DGX1, before[n], request)
+        elif new == {f"ns/c{i}"}:  # decided on the live state it arrived to
+            node, got = now[f"ns/c{i}"]
+            assert got == set(place("gputopo", DGX1, before[node], request).gpus)
+        if leave:
+            api.delete_pod(f"ns/p{i}")
+            drain(alloc)
+
+
+def test_the_parsed_claim_knows_whose_it_is() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = pod_obj("ns", "p", [("g", "p-g")])
+    claim = claim_obj("ns", "p-g", [gpus("g", 1)], owner=pod)
+    api.add_claim(claim)
+    api.add_pod(pod)
+    drain(alloc)
+    seen = alloc.state.claim("ns/p-g")
+    assert seen is not None and isinstance(seen[1], ClaimAsk)
+    assert seen[1].owner_pod == pod["metadata"]["uid"]
+    # a claim its pod owns is deleted with the pod: no finalizer needed
+    assert DELETE_PROTECTION not in api.claims["ns/p-g"]["metadata"].get("finalizers", [])
+
+
+@pytest.mark.parametrize("bad", [
+    {"name": "g", "exactly": {"deviceClassName": dra.CLASS_GPU, "allocationMode": "All"}},
+    {"name": "g", "firstAvailable": [{"name": "a", "deviceClassName": dra.CLASS_GPU}]},
+    {"name": "g", "exactly": {"deviceClassName": dra.CLASS_SHARE, "count": 2}},
+    {"name": "g", "exactly": {"deviceClassName": dra.CLASS_SHARE, "count": 1}},
+    {"name": "g", "exactly": {"deviceClassName": dra.CLASS_SLOT, "count": 1, "capacity": {
+        "requests": {"compute": "10"}}}},
+])
+def test_unsupported_requests_are_named(bad: dict[str, Any]) -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "c", [bad]))
+    api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    drain(alloc)
+    assert api.events and "claim ns/c" in api.events[0][2]
+    assert not [w for w in api.writes if w[0] == "claim"]
