@@ -29,7 +29,10 @@ idle machines are one call). Among the groups that accept, the *node choice* rul
 * ``most-allocated`` (best-fit): the fullest node that fits (Amaral's Best-Fit bin packing);
 * ``utility`` (topo-aware, topo-aware-p): the highest Amaral utility (Eq. 2) without its
   fragmentation term — Eq. 5 averaged over all the cluster's sockets is the same whichever node
-  takes the job — then the fullest node.
+  takes the job — then the fullest node;
+* ``random`` (dra-first-fit, dra-first-fit-pcieroot): a uniform pick among the nodes that fit
+  (seeded): kube-scheduler on a DRA claim with exact counts, where no score plugin tells
+  nodes apart (the DynamicResources score only ranks prioritized-list subrequests).
 
 **Decision time** is the wall-clock time of that whole step for the placed attempt (every
 group's ``place`` call, cache hits included, plus the node choice), per job.
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import random
 import time
 from dataclasses import dataclass, field, replace
 
@@ -76,7 +80,8 @@ from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy
 from topology.policies.scoring import W_FRAGMENTATION, W_QUALITY, node_score
 
-NODE_CHOICES = ("extender", "least-allocated", "first-fit", "most-allocated", "utility")
+NODE_CHOICES = ("extender", "least-allocated", "first-fit", "most-allocated", "utility",
+                "random")
 DEFAULT_NODE_CHOICE = {
     "baseline": "least-allocated",
     "nvidia-best-effort": "least-allocated",
@@ -84,6 +89,8 @@ DEFAULT_NODE_CHOICE = {
     "best-fit": "most-allocated",
     "topo-aware": "utility",
     "topo-aware-p": "utility",
+    "dra-first-fit": "random",
+    "dra-first-fit-pcieroot": "random",
 }
 QUEUES = ("fifo", "backfill")
 
@@ -256,6 +263,7 @@ class Simulation:
         self.rule = rule
         self.judge = judge
         self.group_nodes = group_nodes
+        self._rng = random.Random(0)  # the random node choice, the same for every run
         self.size = topology.size
         self.full_mask = (1 << self.size) - 1
         self.requests: dict[JobId, Request] = {}
@@ -417,6 +425,7 @@ class Simulation:
             pairs = [(nk, members[0]) for nk, members in self.groups.items()]
         else:
             pairs = list(zip(self.keys, range(self.n_nodes), strict=True))
+        feasible: list[tuple[int, Decision]] = []
         for nk, node in pairs:
             if not job.shared and self._mask_of(nk).bit_count() < job.gpus:
                 continue
@@ -427,9 +436,16 @@ class Simulation:
                 continue
             except RequestError as exc:
                 raise SimulationError(f"job {job.id}: {exc}") from None
+            if self.rule == "random":  # every node of the group, picked below
+                members = self.groups[nk] if self.group_nodes else [node]
+                feasible += [(m, decision) for m in members]
+                continue
             key = (*self._score(decision, nk, node, req), node)
             if best is None or key < best[0]:
                 best = (key, node, decision)
+        if feasible:  # kube-scheduler when every score is equal: a uniform pick
+            node, decision = self._rng.choice(sorted(feasible, key=lambda f: f[0]))
+            best = ((), node, decision)
         elapsed = (time.perf_counter() - t0) * 1000.0
         if best is None:
             return None

@@ -22,6 +22,7 @@ POLICY_MODULES = (
     "topology.policies.nvidia",
     "topology.policies.amaral",
     "topology.policies.colocate",
+    "topology.policies.dra_first_fit",
 )
 
 DEFAULT_POLICY = "gputopo"
