@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "gputopo_cli.cmd_cluster",
     "gputopo_cli.cmd_pin",
     "gputopo_cli.cmd_planner",
+    "gputopo_cli.cmd_dra_allocator",
 )
 
 #: A line that starts a list item: ``* x``, ``- x``, ``• x``, ``1. x``, ``2) x``.
