@@ -81,8 +81,7 @@ class AllocatorAPI(Protocol):
     def add_claim_finalizer(self, namespace: str, name: str, resource_version: str,
                             finalizers: list[str]) -> dict[str, Any]: ...
 
-    def release_pod(self, namespace: str, name: str, uid: str,
-                    annotations: Mapping[str, str]) -> None: ...
+    def release_pod(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None: ...
 
     def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
                   kind: str = "Warning") -> None: ...
@@ -499,7 +498,7 @@ class Allocator:
                 self.api.patch_claim_status(ns, c.name, rv, status)
                 done.add(c.uid)
                 self.metrics.allocated_claims += 1
-            self.api.release_pod(ns, name, uid, rec.annotations)
+            self.api.release_pod(self._current(key, pod), rec.annotations)
             self.metrics.released_pods += 1
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
@@ -519,6 +518,14 @@ class Allocator:
             self._settle(key, uid, retry=True)
             return
         self._settle(key, uid)
+
+    def _current(self, key: str, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The latest version of ``pod`` the watch delivered (its gates, annotations)."""
+        with self._lock:
+            rec = self._pods.get(key)
+            if rec is not None and _meta(rec.pod).get("uid") == _meta(pod).get("uid"):
+                return rec.pod
+        return pod
 
     def _settle(self, key: str, uid: str, *, retry: bool = False) -> None:
         """The writes of pod ``key`` (UID ``uid``) are over: clear its in-flight mark (on the
@@ -550,8 +557,7 @@ class Allocator:
 
         def run() -> None:
             try:
-                self.api.release_pod(key.split("/")[0], str(meta.get("name")), uid,
-                                     rec.annotations)
+                self.api.release_pod(self._current(key, pod), rec.annotations)
                 self.metrics.released_pods += 1
             except ApiError as exc:
                 log.warning("pod %s: removing the scheduling gate failed: %s", key, exc)

@@ -13,8 +13,9 @@ it makes:
 * a claim's finalizer (kube-scheduler's ``resource.kubernetes.io/delete-protection``), for
   claims no pod owns, so the resourceclaim controller deallocates them when their last
   consumer goes;
-* the pod: one strategic merge patch removing gputopo's scheduling gate and adding the decision's
-  annotations, with the pod's UID (a replaced pod of the same name is refused).
+* the pod: one JSON patch removing gputopo's scheduling gate and adding the decision's
+  annotations, tested against the pod's UID and the gate's position (a replaced or changed pod
+  is refused, and read again from the watch).
 """
 
 from __future__ import annotations
@@ -37,6 +38,26 @@ from topology.dra import DRIVER
 #: Field selector of the pod list/watch: pods no scheduler has bound yet and that may still
 #: run. A pod leaving it (bound, finished, deleted) arrives as DELETED.
 PENDING_PODS = "spec.nodeName=,status.phase!=Succeeded,status.phase!=Failed"
+
+
+def release_ops(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The JSON patch removing :data:`SCHEDULING_GATE` from ``pod`` and adding
+    ``annotations`` (:meth:`DraKubeAPI.release_pod`); no gate: only the annotations."""
+    meta = pod.get("metadata") or {}
+    gates = [g.get("name") for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": meta.get("uid")}]
+    if SCHEDULING_GATE in gates:
+        i = gates.index(SCHEDULING_GATE)
+        ops += [{"op": "test", "path": f"/spec/schedulingGates/{i}/name",
+                 "value": SCHEDULING_GATE},
+                {"op": "remove", "path": f"/spec/schedulingGates/{i}"}]
+    if annotations and not meta.get("annotations"):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": dict(annotations)})
+    else:
+        for k, v in annotations.items():
+            key = k.replace("~", "~0").replace("/", "~1")
+            ops.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": v})
+    return ops
 
 
 class DraKubeAPI(OfficialKubeAPI):
@@ -150,22 +171,20 @@ class DraKubeAPI(OfficialKubeAPI):
             "PATCH", "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}",
             {"namespace": namespace, "name": name}, body, "application/merge-patch+json")
 
-    def release_pod(self, namespace: str, name: str, uid: str,
-                    annotations: Mapping[str, str]) -> None:
-        """Remove gputopo's scheduling gate from the pod and add ``annotations`` (one
-        strategic merge patch; the pod's UID must match).
+    def release_pod(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        """Remove gputopo's scheduling gate from ``pod`` (as last seen) and add
+        ``annotations``: one JSON patch (RFC 6902; cheaper for kube-apiserver than a strategic
+        merge patch) whose ``test`` operations make it apply only to that pod (its UID) and
+        only while the gate is where it was seen.
 
         Raises:
-            ApiError: refused (404: the pod is gone).
+            ApiError: refused (404: the pod is gone; 422: it changed — read it again).
         """
-        meta: dict[str, Any] = {"uid": uid}
-        if annotations:
-            meta["annotations"] = dict(annotations)
-        body = {"metadata": meta,
-                "spec": {"schedulingGates": [{"name": SCHEDULING_GATE, "$patch": "delete"}]}}
+        ops = release_ops(pod, annotations)
+        meta = pod.get("metadata") or {}
         self._request("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}",
-                      {"namespace": namespace, "name": name}, body,
-                      "application/strategic-merge-patch+json")
+                      {"namespace": str(meta.get("namespace") or "default"),
+                       "name": str(meta.get("name"))}, ops, "application/json-patch+json")
 
     def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
                   kind: str = "Warning") -> None:

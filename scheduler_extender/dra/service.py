@@ -17,6 +17,7 @@ Metrics (prometheus-client text format)::
     gputopo_dra_allocator_decisions_total        placement decisions made
     gputopo_dra_allocator_write_errors_total     failed API writes (the pod is tried again)
     gputopo_dra_allocator_waiting_pods           pods waiting for GPUs
+    gputopo_dra_allocator_held_claims            allocated gputopo claims the state holds
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ class Service:
             ("gputopo_dra_allocator_decisions_total", "counter", m.decisions),
             ("gputopo_dra_allocator_write_errors_total", "counter", m.write_errors),
             ("gputopo_dra_allocator_waiting_pods", "gauge", len(self.allocator.pending())),
+            ("gputopo_dra_allocator_held_claims", "gauge",
+             sum(1 for a in self.state.book.all() if a.confirmed)),
         ]
         out = []
         for name, kind, value in rows:

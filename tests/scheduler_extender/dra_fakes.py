@@ -12,6 +12,7 @@ from typing import Any
 
 from scheduler_extender.dra.allocator import Allocator
 from scheduler_extender.dra.claims import SCHEDULING_GATE
+from scheduler_extender.dra.kube import release_ops
 from scheduler_extender.dra.state import DraState
 from scheduler_extender.kubernetes_state import ApiError
 from topology import catalog, dra
@@ -120,20 +121,31 @@ class FakeAPI:
         self.allocator.on_claim("MODIFIED", copy.deepcopy(obj))
         return copy.deepcopy(obj)
 
-    def release_pod(self, namespace: str, name: str, uid: str,
-                    annotations: Mapping[str, str]) -> None:
-        key = f"{namespace}/{name}"
+    def release_pod(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        """Apply :func:`release_ops` (RFC 6902 test/add/remove) to the stored pod."""
+        key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
         self.writes.append(("pod", key))
-        pod = self.pods.get(key)
-        if pod is None:
+        live = self.pods.get(key)
+        if live is None:
             raise ApiError("404 Not Found", 404)
-        if pod["metadata"]["uid"] != uid:
-            raise ApiError("422 uid is immutable", 422)
-        pod["metadata"].setdefault("annotations", {}).update(annotations)
-        pod["spec"]["schedulingGates"] = [g for g in pod["spec"].get("schedulingGates", [])
-                                          if g["name"] != SCHEDULING_GATE]
+        doc = copy.deepcopy(live)
+        for op in release_ops(pod, annotations):
+            parts = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+            parent: Any = doc
+            for part in parts[:-1]:
+                parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+            last = parts[-1]
+            if op["op"] == "test":
+                got = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+                if got != op["value"]:
+                    raise ApiError(f"422 test failed at {op['path']}", 422)
+            elif op["op"] == "remove":
+                del parent[int(last) if isinstance(parent, list) else last]
+            else:
+                parent[last] = op["value"]
+        self.pods[key] = doc
         assert self.allocator is not None
-        self.allocator.on_pod("MODIFIED", copy.deepcopy(pod))
+        self.allocator.on_pod("MODIFIED", copy.deepcopy(doc))
 
     def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
                   kind: str = "Warning") -> None:
