@@ -484,6 +484,7 @@ spec:
       {{- end }}
 {{- end -}}
 
+{{- define "gputopo.draAllocator.fullname" -}}{{ include "gputopo.fullname" . }}-dra-allocator{{- end -}}
 {{- define "gputopo.planner.fullname" -}}{{ include "gputopo.fullname" . }}-planner{{- end -}}
 
 {{/* The planner's settings file (keys of planner.settings.PlannerSettings). */}}
