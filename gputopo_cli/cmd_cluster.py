@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,7 +11,8 @@ from gputopo_cli.common import fail
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``cluster-demo`` to the CLI."""
+    """Add ``cluster-demo`` and ``cluster up|down|status`` to the CLI."""
+    register_cluster(app)
 
     @app.command(
         "cluster-demo",
@@ -63,3 +65,89 @@ def register(app: typer.Typer) -> None:
                              timeout_s=timeout, binaries=binaries)
         except (ControlPlaneError, ChartError, BinariesUnavailable, TimeoutError, OSError) as exc:
             fail(f"cluster demo failed: {exc}", 1)
+
+
+def register_cluster(app: typer.Typer) -> None:
+    """Add ``cluster up``, ``cluster down`` and ``cluster status`` to the CLI."""
+    cluster_app = typer.Typer(
+        help="A local cluster that stays up (kind without Docker): etcd, kube-apiserver, "
+        "kube-controller-manager, kube-scheduler with the chart's configuration, kwok GPU "
+        "nodes and gputopo's components, on 127.0.0.1.",
+        no_args_is_help=True,
+    )
+
+    @cluster_app.command("up")
+    def up(
+        nodes: Annotated[str, typer.Option("--nodes", help="kwok GPU nodes: CATALOG:COUNT[,CATALOG:COUNT...]")] = "dgx1-v100:2",
+        mode: Annotated[str, typer.Option("--mode", help="device-plugin | dra")] = "device-plugin",
+        policy: Annotated[str, typer.Option("--policy", help="default placement policy")] = "gputopo",
+        state_dir: Annotated[Path | None, typer.Option("--state-dir", help="where state, kubeconfig and logs go (default ~/.cache/gputopo/cluster)")] = None,
+        timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for it (1-3600)")] = 600.0,
+    ) -> None:
+        """Start the cluster in the background and print its kubeconfig path; it runs until
+        `gputopo cluster down`. Needs the control-plane binaries (built on first use by the
+        e2e tests or scripts/build-k8s-tools.sh)."""
+        from localcluster import BinariesUnavailable, find_binaries
+        from localcluster.standing import MODES, ClusterUpError, default_state_dir
+        from localcluster.standing import up as start
+        from scheduler_extender.state import NodesSpecError, parse_nodes_spec
+        from topology.policies.registry import UnknownPolicy, get_policy
+
+        if mode not in MODES:
+            fail(f"--mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if not 1 <= timeout <= 3600:
+            fail(f"--timeout must be between 1 and 3600 seconds, got {timeout:g}")
+        try:
+            # nodes are named <catalog>-<i> (parse_nodes_spec validates the spec)
+            node_list = [(name, name.rsplit("-", 1)[0]) for name, _ in parse_nodes_spec(nodes)]
+            get_policy(policy)
+        except (NodesSpecError, UnknownPolicy) as exc:
+            fail(str(exc))
+        try:
+            find_binaries()
+        except BinariesUnavailable as exc:
+            fail(f"control-plane binaries unavailable: {exc}", 1)
+        where = state_dir or default_state_dir()
+        try:
+            st = start(node_list, mode, where, policy=policy, timeout_s=timeout)
+        except ClusterUpError as exc:
+            fail(str(exc), 1)
+        print(f"gputopo cluster up ({st.mode}): {len(st.nodes)} nodes, API server {st.server}")
+        for p in st.processes:
+            print(f"  {p.name:<28} pid {p.pid}")
+        print(f"kubeconfig: {st.kubeconfig}")
+        print(f"  export KUBECONFIG={st.kubeconfig}")
+        print("stop it with: gputopo cluster down"
+              + (f" --state-dir {where}" if state_dir else ""))
+
+    @cluster_app.command("down")
+    def down(state_dir: Annotated[Path | None, typer.Option("--state-dir", help="where state, kubeconfig and logs go (default ~/.cache/gputopo/cluster)")] = None) -> None:
+        """Stop exactly what `gputopo cluster up` started (by the PIDs it recorded)."""
+        from localcluster.standing import ClusterUpError, default_state_dir
+        from localcluster.standing import down as stop
+
+        try:
+            stopped = stop(state_dir or default_state_dir())
+        except ClusterUpError as exc:
+            fail(str(exc), 1)
+        for p in stopped:
+            print(f"stopped {p.name} (pid {p.pid})")
+        print(f"gputopo cluster down: {len(stopped)} processes stopped")
+
+    @cluster_app.command("status")
+    def status(state_dir: Annotated[Path | None, typer.Option("--state-dir", help="where state, kubeconfig and logs go (default ~/.cache/gputopo/cluster)")] = None) -> None:
+        """The cluster's processes, nodes, and every pod with its node and GPUs."""
+        from localcluster.standing import alive, default_state_dir, running
+        from localcluster.status import pod_gpu_lines
+
+        where = state_dir or default_state_dir()
+        st = running(where)
+        if st is None:
+            fail(f"no cluster runs from {where}", 1)
+        print(f"mode {st.mode}, API server {st.server}, kubeconfig {st.kubeconfig}")
+        for p in st.processes:
+            print(f"  {p.name:<28} pid {p.pid:<8} {'running' if alive(p) else 'NOT RUNNING'}")
+        for line in pod_gpu_lines(Path(st.kubeconfig), st.mode):
+            print(line)
+
+    app.add_typer(cluster_app, name="cluster")
