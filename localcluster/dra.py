@@ -82,12 +82,17 @@ class GputopoProcess:
         """PID while started."""
         return self.process.pid if self.process is not None else None
 
-    def start(self, timeout_s: float = 60.0) -> GputopoProcess:
+    def start(self, timeout_s: float = 120.0) -> GputopoProcess:
         """Start it and wait until ready.
 
         Raises:
             ControlPlaneError: it exited, or was not ready within ``timeout_s``.
         """
+        self.launch()
+        return self.wait_ready(timeout_s)
+
+    def launch(self) -> GputopoProcess:
+        """Start the process without waiting (:meth:`wait_ready` waits)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(self._env_drop)}
         for k in ("GPUTOPO_K8S_BINDIR", "GPUTOPO_CACHE", "GPUTOPO_HELM"):
             if k in os.environ:
@@ -97,6 +102,16 @@ class GputopoProcess:
         self.process = proc.start()
         self.starts += 1
         atexit.register(self.stop)
+        return self
+
+    def wait_ready(self, timeout_s: float = 120.0) -> GputopoProcess:
+        """Wait until the started process is ready.
+
+        Raises:
+            ControlPlaneError: it exited, or was not ready within ``timeout_s``.
+        """
+        proc = self.process
+        assert proc is not None, "launch() first"
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.exited():
@@ -122,6 +137,15 @@ class GputopoProcess:
         except ProcessLookupError:
             pass
         self.process.stop(grace_s=0)
+
+    def terminate(self) -> None:
+        """Send SIGTERM to its process group, without waiting (:meth:`stop` waits)."""
+        if self.process is not None and self.process.pid is not None and \
+                not self.process.exited():
+            try:
+                os.killpg(self.process.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL, by PID. Idempotent."""
@@ -428,11 +452,16 @@ class DraCluster(GpuCluster):
         for name, machine in self.machines.items():
             self.drivers[name] = driver_process(cp.kubeconfig_path, name, machine,
                                                 self.log_dir, extra_args=driver_args)
-            self.drivers[name].start()
-        if allocator:
-            self.start_allocator()
+            self.drivers[name].launch()
+        if allocator:  # started together with the drivers, waited for after them
+            self.allocator = allocator_process(self.cp.kubeconfig_path, self.log_dir,
+                                               policy=self.policy).launch()
         if extender:
             self.extender.start()
+        for d in self.drivers.values():
+            d.wait_ready()
+        if self.allocator is not None:
+            self.allocator.wait_ready()
         if scheduler:
             from localcluster.gpucluster import scheduler_config
 
@@ -462,10 +491,11 @@ class DraCluster(GpuCluster):
     def stop(self) -> None:
         """Stop the scheduler, the extender, the allocator and the drivers by PID."""
         super().stop()
-        if self.allocator is not None:
-            self.allocator.stop()
-        for d in self.drivers.values():
-            d.stop()
+        procs = [p for p in [self.allocator, *self.drivers.values()] if p is not None]
+        for p in procs:  # SIGTERM to all first: each takes a moment to shut down
+            p.terminate()
+        for p in procs:
+            p.stop()
 
 def claim_gpus(claim: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | None:
     """``(node, GPU indices in results order)`` of a claim's gputopo allocation (None:
