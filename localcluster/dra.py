@@ -414,6 +414,9 @@ class DraCluster(GpuCluster):
         self.allocator: GputopoProcess | None = None
         self.machines: dict[str, str] = {}
 
+    def __enter__(self) -> DraCluster:
+        return self
+
     @property
     def client(self) -> DraClient:
         """The admin :class:`DraClient` for :attr:`namespace`."""
@@ -423,6 +426,7 @@ class DraCluster(GpuCluster):
         self, nodes: Iterable[tuple[str, str]], *, allocator: bool = True,
         scheduler: bool = True, extender: bool = True, gate: bool = True,
         driver_args: Sequence[str] = (), values: Mapping[str, Any] | None = None,
+        kwok_stages: Path | None = None,
     ) -> None:
         """Start kwok and kube-controller-manager, apply the chart's DRA objects, create the
         nodes and their drivers, then the allocator, the extender and kube-scheduler.
@@ -435,13 +439,14 @@ class DraCluster(GpuCluster):
             driver_args: more ``gputopo dra-driver`` flags (e.g. leaving the allocator taint
                 off, so that kube-scheduler allocates gputopo's devices itself).
             values: more chart values.
+            kwok_stages: kwok's stages (default: its default stages).
 
         Raises:
             ControlPlaneError: a process did not start.
             kubernetes.client.exceptions.ApiException: the API server refused an object.
         """
         cp = self.cp
-        cp.start_kwok()
+        cp.start_kwok(stages=kwok_stages)
         cp.start_controller_manager(DRA_CONTROLLERS, extra_args=KCM_CLIENT_ARGS)
         cp.create_default_serviceaccount(self.namespace)
         vals = {"draAllocator": {"gate": {"enabled": gate}}, **(values or {})}

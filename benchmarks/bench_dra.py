@@ -1,0 +1,358 @@
+"""gputopo's DRA mode against NVIDIA's DRA model, and DRA-mode scheduling throughput.
+
+Three parts (``--parts``, all by default):
+
+* ``sim`` — the simulator: the MAPA stream (``--jobs`` jobs, seed ``--seed``: 1–5 GPUs, ring,
+  sensitive or not) on 8 DGX-1 V100, placed by ``dra-first-fit`` (kube-scheduler's
+  first fit over one device per GPU: NVIDIA's model), ``dra-first-fit-pcieroot`` (the same
+  with ``matchAttribute: resource.kubernetes.io/pcieRoot`` on claims that fit one root) — both
+  with kube-scheduler's random node choice — and ``gputopo`` (what the DRA allocator runs),
+  in kube-scheduler's queue discipline (``backfill``) and MAPA's ``fifo``. EffBW (judged with
+  gputopo-v1) of the bandwidth-sensitive multi-GPU jobs: min, p25, median; makespan.
+* ``scheduler`` — the same stream through the real kube-scheduler 1.36 on 8 kwok DGX-1 V100
+  nodes whose slices the real ``gputopo dra-driver`` publishes, one fresh cluster per model:
+  NVIDIA's model (the driver without its allocator taint, no gputopo allocator: kube-scheduler
+  allocates), the same with the pcieRoot constraint in the claim templates of 1–2 GPUs, and
+  gputopo's DRA mode (taint + ``gputopo dra-allocator`` + the gate). Jobs run for their
+  simulated time divided by ``--time-scale`` (kwok completes a pod when its
+  ``kwok.gputopo.io/run-duration`` passes; the duration is set from the EffBW of the GPUs the
+  pod got, with the simulator's run-time model). EffBW of the sensitive multi-GPU claims and
+  makespan (scaled back).
+* ``throughput`` — pods/s through the same kube-scheduler in DRA mode vs device-plugin mode, one
+  run each, on one control plane: ``--tp-nodes`` DGX-1 V100 nodes of each kind, ``--tp-pods``
+  pods of 1–2 whole GPUs per mode, all created at once; pods/s from the first create to the
+  last bind.
+
+Run: ``.venv/bin/python -m benchmarks.bench_dra [--parts sim,scheduler,throughput]``; prints
+Markdown tables and writes ``benchmarks/results/dra.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from simulator import runtime as rt
+from simulator.engine import Simulation
+from simulator.report import makespan, quantiles
+from simulator.workloads import Job, mapa
+from topology import catalog
+from topology.patterns import parse_pattern
+from topology.policies.common import MODEL_GPUTOPO
+from topology.policies.memo import Memo
+
+RESULTS = Path(__file__).resolve().parent / "results"
+MODELS = ("dra-first-fit", "dra-first-fit-pcieroot", "gputopo")
+ANN_RUN = "kwok.gputopo.io/run-duration"
+
+
+# ------------------------------------------------------------------------------ simulator
+def part_sim(jobs: int, seed: int) -> dict[str, Any]:
+    """The three models in the simulator, both queue disciplines."""
+    topo = catalog.get("dgx1-v100")
+    wl = mapa(jobs=jobs, seed=seed)
+    out: dict[str, Any] = {}
+    memo = Memo()
+    for queue in ("backfill", "fifo"):
+        for policy in MODELS:
+            r = Simulation(topo, 8, wl, policy, queue=queue, memo=memo).run()
+            eff = [x.effbw_gbps for x in r.records if x.measured]
+            out[f"{policy}/{queue}"] = {
+                "policy": policy, "queue": queue, "node_choice": r.node_choice,
+                "effbw_sensitive_gbps": quantiles(eff), "makespan_s": round(makespan(r), 1),
+                "jobs": len(r.records), "measured": len(eff),
+            }
+    return out
+
+
+# ------------------------------------------------------------------------- real scheduler
+def complete_stages(default_stages: Path, out: Path) -> Path:
+    """kwok's stages with ``pod-complete`` finishing any Running pod :data:`ANN_RUN` after
+    that annotation appears (not only Job pods); pods without it keep running."""
+    docs = [d for d in yaml.safe_load_all(default_stages.read_text()) if d]
+    stage = next(d for d in docs if (d.get("metadata") or {}).get("name") == "pod-complete")
+    sel = stage["spec"]["selector"]
+    path = f'.metadata.annotations["{ANN_RUN}"]'
+    sel["matchExpressions"] = [e for e in sel.get("matchExpressions") or []
+                               if "ownerReferences" not in str(e.get("key"))]
+    sel["matchExpressions"].append({"key": path, "operator": "Exists"})
+    stage["spec"]["delay"] = {"durationMilliseconds": 0,
+                              "durationFrom": {"expressionFrom": path}}
+    stage["spec"].pop("weightFrom", None)
+    out.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return out
+
+
+def run_time(job: Job, gpus: Sequence[int], ideal: float | None) -> float:
+    """The job's run time on ``gpus`` (allocation order = pattern order), simulated s."""
+    topo = catalog.get("dgx1-v100")
+    if job.gpus < 2:
+        return job.runtime_s
+    eff = rt.judge_effbw(topo, parse_pattern(job.pattern, job.gpus), gpus, MODEL_GPUTOPO)
+    return job.runtime_s * rt.bandwidth_factor(eff, ideal, job.comm_share)
+
+
+def _driver_taints() -> bool:
+    """The installed ``gputopo dra-driver`` can leave its allocator taint off (then the
+    NVIDIA-model runs pass ``--no-allocator-taint``; without the flag there is no taint)."""
+    import subprocess
+
+    from localcluster.gpucluster import gputopo_command
+
+    out = subprocess.run([*gputopo_command(), "dra-driver", "--help"], capture_output=True,
+                         text=True, check=False).stdout
+    return "allocator-taint" in out
+
+
+def part_scheduler(jobs: int, seed: int, scale: float, timeout_s: float) -> dict[str, Any]:
+    """The stream through the real kube-scheduler, one fresh cluster per model."""
+    from localcluster import ControlPlane, find_binaries
+    from localcluster.dra import DraCluster, DraPod, claim_gpus, pod_claims
+
+    topo = catalog.get("dgx1-v100")
+    wl = mapa(jobs=jobs, seed=seed)
+    memo = Memo()
+    ideals = {k: rt.ideal_effbw(topo, parse_pattern("ring", k), MODEL_GPUTOPO, memo)
+              for k in range(2, 6)}
+    untaint = ("--no-allocator-taint",) if _driver_taints() else ()
+    out: dict[str, Any] = {}
+    binaries = find_binaries()
+    for model in MODELS:
+        gputopo = model == "gputopo"
+        with ControlPlane(binaries) as cp, DraCluster(cp) as dc:
+            stages = complete_stages(cp.default_kwok_stages(), cp.workdir / "stages.yaml")
+            dc.start([(f"dgx-{i}", "dgx1-v100") for i in range(8)], allocator=gputopo,
+                     gate=gputopo, driver_args=() if gputopo else untaint,
+                     kwok_stages=stages)
+            client = dc.client
+            for k in range(1, 6):
+                client.create_claim_template(f"gpus-{k}", gpus=k)
+                if model == "dra-first-fit-pcieroot" and k == 2:  # a DGX-1 root holds 2 GPUs
+                    _add_pcie_constraint(client, f"gpus-{k}")
+            by_name = {f"j{j.id}": j for j in wl.jobs}
+            got: dict[str, tuple[str, tuple[int, ...]]] = {}
+            done: dict[str, float] = {}
+            t0 = time.monotonic()
+            for name, j in by_name.items():
+                client.create_pod(DraPod(name, template=f"gpus-{j.gpus}", pattern=j.pattern,
+                                         sensitive=j.sensitive))
+            deadline = time.monotonic() + timeout_s
+            while len(done) < len(by_name) and time.monotonic() < deadline:
+                pods = client.list_pods()
+                claims = client.list_claims()
+                now = time.monotonic() - t0
+                finished = []
+                for p in pods:
+                    name = p["metadata"]["name"]
+                    if name not in by_name:
+                        continue
+                    if (p.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                        done.setdefault(name, now)
+                        finished.append(name)
+                    elif name not in got and p["spec"].get("nodeName"):
+                        mine = pod_claims(p, claims)
+                        alloc = claim_gpus(mine[0]) if mine else None
+                        if alloc is None:
+                            continue
+                        got[name] = alloc
+                        j = by_name[name]
+                        secs = run_time(j, alloc[1], ideals.get(j.gpus)) / scale
+                        client.core.patch_namespaced_pod(name, client.namespace, {
+                            "metadata": {"annotations": {ANN_RUN: f"{secs:.3f}s"}}})
+                client.delete_pods(finished)  # their claims go with them
+                time.sleep(0.2)
+            eff = [rt.judge_effbw(topo, parse_pattern(by_name[n].pattern, by_name[n].gpus),
+                                  gpus, MODEL_GPUTOPO)
+                   for n, (_node, gpus) in got.items()
+                   if by_name[n].sensitive and by_name[n].gpus > 1]
+            span = max(done.values()) * scale if done else float("nan")
+            out[model] = {"effbw_sensitive_gbps": quantiles(eff), "makespan_s": round(span, 1),
+                          "completed": len(done), "jobs": len(by_name), "time_scale": scale}
+    return out
+
+
+def _add_pcie_constraint(client: Any, template: str) -> None:
+    """Give a template ``constraints: [{matchAttribute: resource.kubernetes.io/pcieRoot}]``
+    (templates are immutable: delete and create again)."""
+    ns = client.namespace
+    resp: Any = client.resource.read_namespaced_resource_claim_template(
+        template, ns, _preload_content=False)
+    doc = json.loads(resp.data)
+    client.resource.delete_namespaced_resource_claim_template(template, ns)
+    doc["metadata"] = {"name": template, "namespace": ns}
+    doc["spec"]["spec"]["devices"]["constraints"] = [
+        {"requests": ["gpus"], "matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    client.resource.create_namespaced_resource_claim_template(ns, doc)
+
+
+# ---------------------------------------------------------------------------- throughput
+def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
+    """pods/s through one kube-scheduler, device-plugin mode and DRA mode (gputopo's
+    allocator), on one control plane: ``nodes`` DGX-1 V100 of each kind, the same ``pods``
+    pods of 1–2 GPUs in each run, created by 8 threads. Two ways, one run each:
+
+    * ``stream`` — kube-scheduler running; from the first create to the last bind: the whole
+      pipeline (in DRA mode the resourceclaim controller's claims and the allocator too);
+    * ``backlog`` — kube-scheduler stopped while the pods are created (and, in DRA mode, their
+      claims made and allocated); then started; from the first bind to the last: what the
+      scheduler sustains.
+
+    The CPU each component spent per pod in the stream runs is recorded beside them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks.bench_scheduler import RUN_LABEL, BindWatch
+    from localcluster import ControlPlane, find_binaries
+    from localcluster.controlplane import wait_until
+    from localcluster.dra import DraCluster, DraPod, claim_gpus
+    from localcluster.gpucluster import GpuPod, add_gpu_node
+
+    rng = np.random.default_rng(7)
+    sizes = [int(k) for k in rng.integers(1, 3, size=pods)]
+    out: dict[str, Any] = {"nodes_per_mode": nodes, "pods": pods, "gpus_asked": sum(sizes)}
+    with ControlPlane(find_binaries()) as cp, DraCluster(cp) as dc:
+        dc.start([(f"dra-{i}", "dgx1-v100") for i in range(nodes)])
+        for i in range(nodes):
+            dc.nodes[f"dp-{i}"] = add_gpu_node(cp, f"dp-{i}", "dgx1-v100")
+        client = dc.client
+        for k in (1, 2):
+            client.create_claim_template(f"gpus-{k}", gpus=k)
+        config = dc.scheduler_config
+        procs = {p.name: p.pid for p in cp.processes if p.pid}
+        for comp in (dc.extender, dc.allocator):
+            if comp is not None and comp.pid and comp.process is not None:
+                procs[comp.process.name] = comp.pid
+        for way in ("stream", "backlog"):
+            for mode in ("device-plugin", "dra"):
+                run = f"{way[:2]}-{mode[:3]}"
+                names = [f"{run}-{i}" for i in range(pods)]
+                labels = {RUN_LABEL: run}
+
+                def create(pair: tuple[str, int], mode: str = mode,
+                           labels: dict[str, str] = labels) -> None:
+                    name, k = pair
+                    if mode == "dra":
+                        client.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
+                    else:
+                        dc.create_pod(GpuPod(name, gpus=k, labels=labels))
+
+                if way == "backlog":
+                    dc.stop_scheduler()
+                watch = BindWatch(dc, run).start()
+                cpu0 = {n: _cpu_s(p) for n, p in procs.items()}
+                t0 = time.monotonic()
+                with ThreadPoolExecutor(8) as ex:
+                    list(ex.map(create, zip(names, sizes, strict=True)))
+                if way == "backlog":
+                    if mode == "dra":  # the allocator works while the scheduler is off
+                        wanted = set(names)
+
+                        def allocated(wanted: set[str] = wanted) -> bool:
+                            owners = [(c["metadata"].get("ownerReferences") or [{}])[0]
+                                      .get("name") for c in client.list_claims()
+                                      if claim_gpus(c) is not None]
+                            return len(wanted & set(owners)) == len(wanted)
+
+                        wait_until(allocated, timeout_s, "claims allocated", interval_s=0.1)
+                    dc.start_scheduler(config)
+                watch.wait(pods, timeout_s)
+                watch.stop()
+                first, last = min(watch.bound.values()), max(watch.bound.values())
+                span = last - (first if way == "backlog" else t0)
+                row: dict[str, Any] = {"pods_per_s": round(pods / span, 2),
+                                       "seconds": round(span, 2)}
+                if way == "stream":
+                    row["cpu_ms_per_pod"] = {
+                        n: round(1000 * (_cpu_s(p) - cpu0[n]) / pods, 1)
+                        for n, p in procs.items() if Path(f"/proc/{p}").exists()}
+                out[f"{way}/{mode}"] = row
+                dc.delete_all_pods()
+                procs.update({p.name: p.pid for p in cp.processes if p.pid})
+    for way in ("stream", "backlog"):
+        out[f"ratio_{way}"] = round(out[f"{way}/dra"]["pods_per_s"]
+                                    / out[f"{way}/device-plugin"]["pods_per_s"], 3)
+    return out
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100.0
+
+
+# ------------------------------------------------------------------------------- report
+def table(doc: Mapping[str, Any]) -> str:
+    lines = []
+    if "sim" in doc:
+        lines += ["Simulator, MAPA stream on 8 DGX-1 V100 (EffBW of sensitive multi-GPU jobs, "
+                  "GB/s; makespan s):", "",
+                  "| model | queue | node choice | EffBW min | p25 | median | makespan |",
+                  "|---|---|---|---:|---:|---:|---:|"]
+        for r in doc["sim"].values():
+            q = r["effbw_sensitive_gbps"]
+            lines.append(f"| {r['policy']} | {r['queue']} | {r['node_choice']} | "
+                         f"{q['min']:.1f} | {q['p25']:.1f} | {q['median']:.1f} | "
+                         f"{r['makespan_s']:.0f} |")
+        lines.append("")
+    if "scheduler" in doc:
+        lines += ["Real kube-scheduler 1.36, same stream (makespan scaled back to simulated s):",
+                  "", "| model | EffBW min | p25 | median | makespan | completed |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for model, r in doc["scheduler"].items():
+            q = r["effbw_sensitive_gbps"]
+            lines.append(f"| {model} | {q['min']:.1f} | {q['p25']:.1f} | {q['median']:.1f} | "
+                         f"{r['makespan_s']:.0f} | {r['completed']}/{r['jobs']} |")
+        lines.append("")
+    if "throughput" in doc:
+        t = doc["throughput"]
+        lines += ["Throughput through one kube-scheduler, pods/s (stream: created → all bound; "
+                  "backlog: first → last bind):", "",
+                  "| way | device-plugin | DRA (gputopo) | DRA / device-plugin |",
+                  "|---|---:|---:|---:|"]
+        for way in ("stream", "backlog"):
+            lines.append(f"| {way} | {t[way + '/device-plugin']['pods_per_s']} | "
+                         f"{t[way + '/dra']['pods_per_s']} | {t['ratio_' + way]} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_dra")
+    ap.add_argument("--parts", default="sim,scheduler,throughput")
+    ap.add_argument("--jobs", type=int, default=300)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scheduler-jobs", type=int, default=120)
+    ap.add_argument("--time-scale", type=float, default=50.0)
+    ap.add_argument("--tp-nodes", type=int, default=8)
+    ap.add_argument("--tp-pods", type=int, default=40)
+    ap.add_argument("--timeout", type=float, default=1200.0)
+    ap.add_argument("--out", type=Path, default=RESULTS / "dra.json")
+    args = ap.parse_args(argv)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    doc: dict[str, Any] = {"command": " ".join(["python -m benchmarks.bench_dra", *sys.argv[1:]]),
+                           "loadavg_before": list(os.getloadavg())}
+    if "sim" in parts:
+        doc["sim"] = part_sim(args.jobs, args.seed)
+    if "scheduler" in parts:
+        doc["scheduler"] = part_scheduler(args.scheduler_jobs, args.seed, args.time_scale,
+                                          args.timeout)
+    if "throughput" in parts:
+        doc["throughput"] = part_throughput(args.tp_nodes, args.tp_pods, args.timeout)
+    doc["loadavg_after"] = list(os.getloadavg())
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(table(doc))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
