@@ -11,7 +11,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
-from topology.model import GPU, PCIeLevel, Topology, TopologyError, deterministic_uuid
+from topology.model import (
+    GPU,
+    LinkBandwidths,
+    PCIeLevel,
+    Topology,
+    TopologyError,
+    deterministic_uuid,
+)
+from topology.network import NodeNetwork, rail_per_gpu, rail_per_group
 
 
 class UnknownMachine(TopologyError):
@@ -431,6 +439,145 @@ def t4_2() -> Topology:
     return _tx2_node("t4-2", 2, *T4_16GB)
 
 
+# ---------------------------------------------------------------------------- HGX / DGX H100
+#: Host of the DGX H100 / H200 and DGX B200: two 56-core Xeon Platinum (8480C in the H100/H200,
+#: 8570 in the B200) with hyper-threading, NUMA 0 = CPUs 0-55,112-167 (GPUs 0-3), NUMA 1 =
+#: CPUs 56-111,168-223 (GPUs 4-7).
+_SPR_CPUS = {0: _cpus((0, 55), (112, 167)), 1: _cpus((56, 111), (168, 223))}
+#: Bus ids of the eight SXM GPUs of a DGX H100, as ``nvidia-smi`` lists them.
+_HGX_BUS = ["0000:1B:00.0", "0000:43:00.0", "0000:51:00.0", "0000:9B:00.0",
+            "0000:C2:00.0", "0000:CA:00.0", "0000:DA:00.0", "0000:E2:00.0"]  # fmt: skip
+
+
+def _hgx8(name: str, model: str, memory_mib: int, generation: int) -> Topology:
+    """Eight SXM GPUs on NVSwitch, each with 18 NVLinks into the fabric (``nvidia-smi topo
+    -m`` prints NV18 for every pair), each on its own PCIe switch with its own NIC: GPU pairs
+    of one socket meet at NODE, across sockets at SYS. PCIe is Gen5: :data:`PCIE_GEN5`."""
+    numa = [i // 4 for i in range(8)]
+    gpus = _gpus(name, 8, model, memory_mib, lambda i: numa[i], _SPR_CPUS, _HGX_BUS)
+    nvlinks = {(a, b): 18 for a in range(8) for b in range(a + 1, 8)}
+    pcie = _pcie_by_groups(range(8), numa, same_group=PCIeLevel.NODE)
+    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=generation,
+                          nvswitch=True, bandwidths=PCIE_GEN5)
+
+
+#: PCIe Gen5 x16 machines: MAPA labels every non-NVLink pair with PCIe Gen3 x16's usable
+#: 12 GB/s of its raw 15.75 (Table 1); the same share of Gen5's raw 63 GB/s is 48 GB/s.
+PCIE_GEN5 = LinkBandwidths(pcie_gbps={level: 48.0 for level in PCIeLevel})
+
+
+def hgx_h100() -> Topology:
+    """NVIDIA HGX H100 8-GPU (DGX H100): 8 × H100 SXM5 80 GB on four NVSwitches, NVLink 4.
+
+    NVLink: 18 links per GPU into the fabric, NV18 for every pair, 18 × 25 = 450 GB/s per
+    direction (900 GB/s both ways: NVIDIA H100 datasheet). Host: ``_SPR_CPUS``. Memory: 81 559
+    MiB, as ``nvidia-smi`` reports an "NVIDIA H100 80GB HBM3". NICs: :func:`network` (one
+    400 Gb/s ConnectX-7 per GPU, its default RDMA device: DGX H100 User Guide, "Network
+    Modules", Table 6).
+    """
+    return _hgx8("hgx-h100", "NVIDIA H100 80GB HBM3", 81559, 4)
+
+
+def hgx_h200() -> Topology:
+    """NVIDIA HGX H200 8-GPU (DGX H200): the H100 board with H200 GPUs — 141 GB HBM3e (NVIDIA
+    H200 datasheet; 143 771 MiB as ``nvidia-smi`` reports it), the same NVLink 4 NVSwitch
+    fabric (NV18, 450 GB/s per direction) and one 400 Gb/s NIC per GPU."""
+    return _hgx8("hgx-h200", "NVIDIA H200", 143771, 4)
+
+
+def hgx_b200() -> Topology:
+    """NVIDIA HGX B200 8-GPU (DGX B200): 8 × B200 on NVLink 5 NVSwitches — 18 links per GPU at
+    50 GB/s per direction, 1.8 TB/s per GPU both ways (DGX B200 User Guide: "1.8 TB/s ... GPU
+    to GPU bandwidth"; per-link rate :data:`topology.model.NEWER_NVLINK_GBPS`). 180 GB HBM3e
+    per GPU (1,440 GB for the eight; 183 359 MiB as ``nvidia-smi`` reports it). Host: two
+    56-core Xeon Platinum 8570 (``_SPR_CPUS``). NICs: eight single-port 400 Gb/s ConnectX-7,
+    one per GPU (the DGX B200 compute fabric).
+    """
+    return _hgx8("hgx-b200", "NVIDIA B200", 183359, 5)
+
+
+def h100_nvl() -> Topology:
+    """An 8-GPU PCIe server with NVIDIA H100 NVL cards: NVLink bridges join the cards in pairs.
+
+    Each pair (0,1) (2,3) (4,5) (6,7) is bridged with three NVLink 4 bridges, 600 GB/s both
+    ways, i.e. NV12 (12 × 25 = 300 GB/s per direction: NVIDIA H100 NVL product brief) and
+    sits on one PCIe Gen5 switch with one 400 Gb/s NIC (PIX) — NVIDIA's PCIe reference layout
+    of two GPUs and a NIC per switch, 200 Gb/s of network per GPU. Pairs of one socket meet at
+    NODE, across sockets at SYS. 94 GB HBM3 per card (95 830 MiB as ``nvidia-smi`` reports an
+    "NVIDIA H100 NVL"). Host: ``_SPR_CPUS`` (two 56-core Xeons, GPUs 0-3 on socket 0).
+    """
+    name = "h100-nvl"
+    numa = [i // 4 for i in range(8)]
+    gpus = _gpus(name, 8, "NVIDIA H100 NVL", 95830, lambda i: numa[i], _SPR_CPUS, _HGX_BUS)
+    nvlinks = {(a, a + 1): 12 for a in range(0, 8, 2)}
+    pcie = _pcie_by_groups([i // 2 for i in range(8)], numa, same_group=PCIeLevel.PIX)
+    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=4,
+                          bandwidths=PCIE_GEN5)
+
+
+def gb200_tray() -> Topology:
+    """One compute tray (one Kubernetes node) of an NVIDIA GB200 NVL72: two Grace CPUs and four
+    B200 GPUs; 18 such trays share one NVLink domain of 72 GPUs through the rack's NVLink
+    switch trays (NVIDIA GB200 NVL72 specification: 72 GPUs, 36 Grace CPUs, "1.8 TB/s"
+    NVLink per GPU), which NVIDIA's GPU feature discovery labels ``nvidia.com/gpu.clique``.
+
+    Inside the tray every pair is NV18 over the NVLink 5 fabric (18 × 50 = 900 GB/s per
+    direction). GPUs 0-1 hang off Grace 0 (NUMA 0, CPUs 0-71), GPUs 2-3 off Grace 1 (NUMA 1,
+    CPUs 72-143) over NVLink-C2C; 189 471 MiB each as ``nvidia-smi`` reports an "NVIDIA
+    GB200". NICs: one 400 Gb/s ConnectX-7 per GPU (:func:`network`).
+    """
+    name = "gb200-tray"
+    numa = (0, 0, 1, 1)
+    cpus = {0: _cpus((0, 71)), 1: _cpus((72, 143))}
+    bus = ["0008:01:00.0", "0009:01:00.0", "0018:01:00.0", "0019:01:00.0"]
+    gpus = _gpus(name, 4, "NVIDIA GB200", 189471, lambda i: numa[i], cpus, bus)
+    nvlinks = {(a, b): 18 for a in range(4) for b in range(a + 1, 4)}
+    pcie = _pcie_by_groups(range(4), numa, same_group=PCIeLevel.NODE)
+    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=5, nvswitch=True,
+                          bandwidths=PCIE_GEN5)
+
+
+# ---------------------------------------------------------------------------- NICs
+#: Gbit/s of the NICs of the catalog's machines, as GB/s per direction.
+_EDR, _HDR, _NDR = 100 / 8, 200 / 8, 400 / 8
+
+
+def _networks() -> dict[str, Callable[[], NodeNetwork]]:
+    dgx1 = lambda: rail_per_group(8, 2, _EDR, numa=[i // 4 for i in range(8)])  # noqa: E731
+    return {
+        # DGX-1 System Architecture white paper (WP-08437): four 100 Gb/s EDR InfiniBand
+        # ports, each on the PLX switch of one GPU pair.
+        "dgx1-v100": dgx1,
+        "dgx1-p100": dgx1,
+        # DGX A100 user guide: eight single-port 200 Gb/s HDR ConnectX-6 for the compute
+        # fabric, two per PCIe switch complex with their GPU pair (PXB).
+        "dgx-a100": lambda: rail_per_group(8, 2, _HDR, PCIeLevel.PXB, nics_per_group=2,
+                                           numa=list(DGX_A100_NUMA)),
+        # DGX H100 User Guide, Table 6: each GPU's default RDMA device, a 400 Gb/s CX-7.
+        "hgx-h100": lambda: rail_per_gpu(8, _NDR, numa=[i // 4 for i in range(8)]),
+        "hgx-h200": lambda: rail_per_gpu(8, _NDR, numa=[i // 4 for i in range(8)]),
+        "hgx-b200": lambda: rail_per_gpu(8, _NDR, numa=[i // 4 for i in range(8)]),
+        # one 400 Gb/s NIC on each bridged pair's PCIe switch
+        "h100-nvl": lambda: rail_per_group(8, 2, _NDR, numa=[i // 4 for i in range(8)]),
+        # one 400 Gb/s CX-7 per GPU, reached through its Grace over NVLink-C2C and PCIe. NCCL
+        # enables GPUDirect RDMA on this path (its C2C case of ncclTopoCheckGdr); we record
+        # it as PXB, the farthest level our GPUDirect rule accepts.
+        "gb200-tray": lambda: rail_per_gpu(4, _NDR, PCIeLevel.PXB, numa=[0, 0, 1, 1]),
+    }
+
+
+@cache
+def network(name: str) -> NodeNetwork | None:
+    """The compute-fabric NICs of catalog machine ``name`` and each GPU's path to them (None
+    for machines whose NICs the catalog does not describe: the papers' testbeds).
+
+    Raises:
+        UnknownMachine: no such machine.
+    """
+    build = _networks().get(_key(name))
+    return build() if build is not None else None
+
+
 @dataclass(frozen=True)
 class _Entry:
     build: Callable[[], Topology]
@@ -455,6 +602,11 @@ _MACHINES: dict[str, _Entry] = {
     "v100-pcie-4": _Entry(v100_pcie_4, "PCIe only: two GPUs per socket, NODE within, SYS across"),
     "t4-1": _Entry(t4_1, "PCIe only, one GPU (ANDREAS Table II armida-07)"),
     "t4-2": _Entry(t4_2, "PCIe only: one GPU per socket, SYS"),
+    "hgx-h100": _Entry(hgx_h100, "NVSwitch, NV18 between every pair (NVLink 4), a NIC per GPU"),
+    "hgx-h200": _Entry(hgx_h200, "NVSwitch, NV18 between every pair (NVLink 4), a NIC per GPU"),
+    "hgx-b200": _Entry(hgx_b200, "NVSwitch, NV18 between every pair (NVLink 5), a NIC per GPU"),
+    "h100-nvl": _Entry(h100_nvl, "NVLink-bridged pairs (NV12) over PCIe Gen5, a NIC per pair"),
+    "gb200-tray": _Entry(gb200_tray, "NVLink 5 NV18, one tray of a 72-GPU NVLink domain"),
 }
 
 

@@ -104,6 +104,29 @@ ANN_EPOCH_TIME = PREFIX + "epoch-time-s"  # Job, JSON {"<gpu_model>:<gpus>": sec
 ANN_PLAN = PREFIX + "plan"  # Job, output: the planner's decision (JSON)
 ANN_PLANNED_NODE = PREFIX + "planned-node"  # pod (from the Job's template): the extender's
 #                                             filter keeps only this node
+#: Gangs (Indexed Jobs, parallelism = completions; docs/planner.md): the level label the whole
+#: gang must stay inside, or should (Kueue's podset-required/-preferred-topology), on the Job
+#: or its pod template; and, written by the planner on the template, the node of each
+#: completion index (``0=node-a,1=node-a,2=node-b``) — the extender keeps pod *i* on its node.
+ANN_TOPOLOGY_REQUIRED = PREFIX + "topology-required"
+ANN_TOPOLOGY_PREFERRED = PREFIX + "topology-preferred"
+ANN_PLANNED_NODES = PREFIX + "planned-nodes"
+#: The Job controller's annotation (and label) of an Indexed Job's pod: its completion index.
+ANN_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+# --- the cluster's topology hierarchy and network (topology/hierarchy.py, network.py) -------
+#: Node labels naming a node's block and rack (the default levels; any labels can be levels).
+LABEL_BLOCK = "topology.gputopo.io/block"
+LABEL_RACK = "topology.gputopo.io/rack"
+#: NVIDIA GPU feature discovery's NVLink-domain label (GB200 NVL72: 18 trays share one).
+LABEL_CLIQUE = "nvidia.com/gpu.clique"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+#: Node annotation: the node's compute NICs and each GPU's PCIe path to them (JSON, schema
+#: gputopo.io/v1: topology.network.dumps).
+ANN_NETWORK = PREFIX + "network"
+#: Node labels read when no network annotation is published: NIC count and Gb/s per NIC.
+LABEL_NIC_COUNT = PREFIX + "nic-count"
+LABEL_NIC_GBITS = PREFIX + "nic-gbits"
 
 # --- outputs (pod annotations written by bind) ---------------------------------------------
 ANN_NODE = PREFIX + "node"

@@ -59,6 +59,13 @@ class PCIeLevel(IntEnum):
 #: per direction (they add links, not per-link speed).
 DEFAULT_NVLINK_GBPS: dict[int, float] = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0}
 
+#: Per-link bandwidth (GB/s, one direction) of NVLink generations newer than the table above:
+#: NVLink 5 (Blackwell: B200, GB200) doubles the per-link rate, 18 links × 50 GB/s = 1.8 TB/s
+#: per GPU both ways (NVIDIA DGX B200 / GB200 NVL72 specifications). Used when a table has no
+#: entry for the generation; kept out of :data:`DEFAULT_NVLINK_GBPS` so that the default
+#: table, and with it every existing machine's :attr:`Topology.topology_class`, is unchanged.
+NEWER_NVLINK_GBPS: dict[int, float] = {5: 50.0}
+
 #: PCIe Gen3 x16 usable bandwidth, MAPA Table 1 (GB/s). MAPA labels every non-NVLink pair
 #: with this figure whatever the PCIe level; so do we by default.
 DEFAULT_PCIE_GBPS = 12.0
@@ -83,9 +90,12 @@ class LinkBandwidths:
     )
 
     def nvlink(self, generation: int) -> float:
-        """GB/s of one NVLink of ``generation``; unknown generations use the newest known."""
+        """GB/s of one NVLink of ``generation``: the table's entry, else the published figure
+        of a newer generation (:data:`NEWER_NVLINK_GBPS`), else the table's newest."""
         if generation in self.nvlink_gbps_per_link:
             return self.nvlink_gbps_per_link[generation]
+        if generation in NEWER_NVLINK_GBPS:
+            return NEWER_NVLINK_GBPS[generation]
         return self.nvlink_gbps_per_link[max(self.nvlink_gbps_per_link)]
 
     def pcie(self, level: PCIeLevel) -> float:

@@ -17,12 +17,12 @@ ALL = catalog.names()
 EXPECTED_NAMES = {
     "dgx1-v100", "dgx1-p100", "dgx-a100", "minsky", "summit", "pcie-8gpu", "gaia-4gpu",
     "mapa-torus-16", "mapa-cubemesh-16", "v100-pcie-1", "v100-pcie-2", "v100-pcie-4", "t4-1",
-    "t4-2", "v100-1gpu",
+    "t4-2", "v100-1gpu", "hgx-h100", "hgx-h200", "hgx-b200", "h100-nvl", "gb200-tray",
 }  # fmt: skip
 
 #: NVLink ports per GPU model (point-to-point machines: a GPU's links to other GPUs can use at
 #: most these; on NVSwitch machines the per-pair count is the GPU's links into the fabric).
-PORTS = {"P100": 4, "V100": 6, "A100": 12}
+PORTS = {"P100": 4, "V100": 6, "A100": 12, "H100": 18, "H200": 18, "B200": 18, "GB200": 18}
 
 
 def per_gpu_links(t: Topology) -> list[int]:
@@ -224,3 +224,42 @@ def test_unknown_machine_lists_names() -> None:
 
 def test_names_are_case_insensitive() -> None:
     assert catalog.get(" DGX1-V100 ") == catalog.get("dgx1-v100")
+
+
+@pytest.mark.parametrize(("name", "gpus", "model", "memory", "pair_gbps", "numa"), [
+    ("hgx-h100", 8, "NVIDIA H100 80GB HBM3", 81559, 450.0, 2),
+    ("hgx-h200", 8, "NVIDIA H200", 143771, 450.0, 2),
+    ("hgx-b200", 8, "NVIDIA B200", 183359, 900.0, 2),
+    ("gb200-tray", 4, "NVIDIA GB200", 189471, 900.0, 2),
+])
+def test_nvswitch_machines_of_today(name: str, gpus: int, model: str, memory: int,
+                                    pair_gbps: float, numa: int) -> None:
+    """HGX H100/H200/B200 and the GB200 tray: NV18 between every pair over NVSwitch (NVLink 4:
+    25 GB/s per link and direction; NVLink 5: 50), a NIC per GPU."""
+    t = catalog.get(name)
+    assert t.size == gpus and t.nvswitch
+    assert {g.name for g in t.gpus} == {model} and {g.memory_mib for g in t.gpus} == {memory}
+    assert {t.nvlinks(i, j) for i, j in combinations(range(gpus), 2)} == {18}
+    assert {t.link_bandwidth(i, j) for i, j in combinations(range(gpus), 2)} == {pair_gbps}
+    assert len(t.numa_nodes(range(gpus))) == numa
+    net = catalog.network(name)
+    assert net is not None and net.rails == tuple(range(gpus))
+    assert {nic.gbps for nic in net.nics} == {50.0}  # 400 Gb/s
+
+
+def test_h100_nvl_is_bridged_pairs_over_pcie() -> None:
+    t = catalog.get("h100-nvl")
+    for i, j in combinations(range(8), 2):
+        if i // 2 == j // 2:
+            assert t.nvlinks(i, j) == 12 and t.link_bandwidth(i, j) == 300.0
+            assert t.pcie_level(i, j) == PCIeLevel.PIX
+        else:
+            assert t.nvlinks(i, j) == 0 and t.link_bandwidth(i, j) == 48.0  # PCIe Gen5
+    net = catalog.network("h100-nvl")
+    assert net is not None and net.rails == (0, 0, 1, 1, 2, 2, 3, 3)
+
+
+def test_machines_without_described_nics() -> None:
+    assert catalog.network("minsky") is None
+    with pytest.raises(UnknownMachine):
+        catalog.network("dgx-9")

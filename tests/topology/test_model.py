@@ -155,3 +155,13 @@ def test_patterns() -> None:
 def test_bad_patterns(text: str, message: str) -> None:
     with pytest.raises(PatternError, match=message):
         parse_pattern(text, 3)
+
+
+def test_nvlink5_has_its_own_rate_without_changing_the_default_table() -> None:
+    """NVLink 5 (Blackwell) runs 50 GB/s per link and direction; the default table, and so
+    every existing machine's class, is unchanged."""
+    from topology.model import DEFAULT_NVLINK_GBPS, LinkBandwidths
+
+    bw = LinkBandwidths()
+    assert bw.nvlink(5) == 50.0 and bw.nvlink(4) == 25.0 and 5 not in DEFAULT_NVLINK_GBPS
+    assert bw.nvlink(9) == 25.0  # unknown: the table's newest
