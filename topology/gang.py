@@ -1,0 +1,522 @@
+"""Where a gang goes: the domain, the node of every pod, and the GPUs of every pod.
+
+A *gang* is a job of ``pods`` identical pods (an Indexed batch/v1 Job with parallelism =
+completions) that starts only when every pod has its GPUs. Two choosers, both pure:
+
+:func:`choose_kueue` — **Kueue's Topology Aware Scheduling**, the reference
+(kubernetes-sigs/kueue ``pkg/cache/tas_flavor_snapshot.go``, ``findTopologyAssignment``; read,
+not copied). Capacity is counted per node (how many pods' GPUs fit); the level is the podset's
+required or preferred one (else the node level); among the domains of that level the *best
+fit* wins (the smallest capacity that still holds every pod, the first in path order); a
+preferred level that no domain fits climbs one level and tries again, a required one fails.
+Inside the domain it descends level by level, taking the children with the most capacity
+first and the best-fitting one last. Each pod's GPUs are then picked on its node by the node
+policy — ``nvidia-best-effort`` by default, what the GPUs get without gputopo.
+
+:func:`choose` — **gputopo's**: the tightest domain that can hold every pod (the deepest level
+with a domain of enough capacity, never above a required level), and among that level's
+domains the one that
+
+1. gives the job the highest predicted *bottleneck bandwidth* — the slower of its pods' GPU
+   sets inside their nodes (the node policy's choice, judged with gputopo-v1) and its
+   inter-node ring (:func:`topology.hierarchy.inter_node`: through the NICs its GPUs use, at
+   the share of the levels it crosses, or over an NVLink domain); candidates within
+   :data:`BOTTLENECK_TOLERANCE` of the best count as equal; then
+2. spends the least of the free capacity's bandwidth: MAPA's PreservedBW (§3.4.2, Eq. 3: the
+   sum of the link bandwidths among the GPUs left free) lifted to the cluster — every pair of
+   free GPUs counts the bandwidth between them: the link inside a node, or the per-GPU NIC
+   rate times the share of the level joining their nodes (:func:`preserved_loss_gbps`). Like
+   MAPA's Preserve (Algorithm 1) it keeps the large, well-connected free blocks (whole nodes,
+   whole racks) for the big jobs to come; insensitive gangs skip step 1, as MAPA's
+   insensitive jobs do;
+3. then Kueue's best fit (least capacity left in the domain) and path order.
+
+Inside each candidate domain two node assignments are tried: Kueue's descent (fewest nodes)
+and the same descent filling the fullest nodes first (fewer whole nodes broken); the better by
+the same two keys is the domain's.
+
+Pods are numbered along the chosen nodes in path order (Kueue numbers its assignment the same
+way), so neighbouring ranks share a node or a rack. Everything is count-based first and then
+checked by placing each pod's GPUs with the node policy; a pod the policy refuses makes the
+candidate infeasible.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from topology.hierarchy import (
+    Domain,
+    DomainTree,
+    Hierarchy,
+    HierarchyError,
+    InterNode,
+    NodeLink,
+    domains,
+    inter_node,
+)
+from topology.model import Topology
+from topology.network import NodeNetwork
+from topology.policies.bandwidth import preserved_bandwidth
+from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.common import MODEL_GPUTOPO, effective_bandwidth, mapped_edges
+from topology.policies.evaluate import Evaluator
+
+#: Bottleneck bandwidths closer than this share of the best are equal in :func:`choose` (the
+#: judge's own resolution: gputopo-v1 is fitted to within 7.6 GB/s RMSE of Eq. 2 around
+#: 25-50 GB/s, i.e. well over 2 %).
+BOTTLENECK_TOLERANCE = 0.02
+
+#: The node policy of :func:`choose_kueue` (NVIDIA's device plugin).
+KUEUE_NODE_POLICY = "nvidia-best-effort"
+#: The node policy of :func:`choose`.
+GPUTOPO_NODE_POLICY = "gputopo"
+
+
+class GangNoFit(NoFit):
+    """No domain can hold the gang now; ``str(exc)`` says why (one line)."""
+
+
+@dataclass(frozen=True)
+class GangNode:
+    """One node as the choosers see it.
+
+    Attributes:
+        name: node name.
+        path: its hierarchy path (:meth:`topology.hierarchy.Hierarchy.path`).
+        topology: its GPUs.
+        state: what is in use on it now.
+        network: its NICs (None: unknown; it then moves nothing between nodes — a job that
+            spans it is predicted at 0 GB/s between nodes unless an NVLink domain joins them).
+    """
+
+    name: str
+    path: tuple[str, ...]
+    topology: Topology
+    state: NodeState
+    network: NodeNetwork | None = None
+
+
+@dataclass(frozen=True)
+class Gang:
+    """A job of ``pods`` identical pods that start together.
+
+    Attributes:
+        pods: number of pods (≥ 1).
+        request: what each pod asks for (whole GPUs, pattern, sensitivity).
+        required: a level label the whole gang must stay inside
+            (``gputopo.io/topology-required``, as Kueue's podset-required-topology).
+        preferred: a level label to stay inside if possible (``-preferred``).
+    """
+
+    pods: int
+    request: Request
+    required: str | None = None
+    preferred: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.pods < 1:
+            raise RequestError("a gang needs at least one pod")
+        if self.request.fractional or self.request.shared is not None or \
+                self.request.count < 1:
+            raise RequestError("a gang's pods ask for whole GPUs")
+        if self.required is not None and self.preferred is not None:
+            raise RequestError("a gang has a required or a preferred level, not both")
+
+
+@dataclass(frozen=True)
+class PodPlacement:
+    """Pod ``index`` of the gang on ``node`` (an index into the chooser's node list), with the
+    node policy's decision."""
+
+    index: int
+    node: int
+    decision: Decision
+
+
+@dataclass(frozen=True)
+class GangPlan:
+    """A chooser's answer.
+
+    Attributes:
+        chooser: ``gputopo`` or ``kueue-tas``.
+        domain: the domain chosen (level -1, path ``()``: the whole cluster).
+        pods: one placement per pod, index order.
+        intra_gbps: the slowest pod's judged EffBW inside its node (gputopo-v1; ``inf`` for
+            one-GPU pods, which talk only between nodes).
+        inter: the inter-node ring (:class:`topology.hierarchy.InterNode`).
+        preserved_loss_gbps: PreservedBW the placement takes from the cluster's free GPUs
+            (:func:`preserved_loss_gbps`).
+        reason: one line on why.
+    """
+
+    chooser: str
+    domain: Domain
+    pods: tuple[PodPlacement, ...]
+    intra_gbps: float
+    inter: InterNode
+    preserved_loss_gbps: float
+    reason: str = ""
+
+    @property
+    def bottleneck_gbps(self) -> float:
+        """The job's predicted bottleneck: the slower of :attr:`intra_gbps` and the
+        inter-node ring (``inf`` for one-GPU pods on one node: nothing to communicate)."""
+        return min(self.intra_gbps, self.inter.gbps)
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """The distinct nodes used, in pod order."""
+        return tuple(dict.fromkeys(p.node for p in self.pods))
+
+
+# ------------------------------------------------------------------------------ capacity
+
+def capacity(node: GangNode, gang: Gang) -> int:
+    """Pods of ``gang`` whose GPU count fits the node's free GPUs (count-based, as Kueue counts
+    resources; the node policy may still refuse one, which :func:`choose` checks)."""
+    return len(node.state.free_gpus(node.topology)) // gang.request.count
+
+
+@dataclass
+class _Cluster:
+    """One call's view: nodes, their domains, capacities."""
+
+    nodes: Sequence[GangNode]
+    hierarchy: Hierarchy
+    gang: Gang
+    tree: DomainTree = field(init=False)
+    caps: list[int] = field(init=False)
+    children: dict[tuple[int, tuple[str, ...]], list[tuple[str, ...]]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        depth = len(self.hierarchy.levels)
+        for n in self.nodes:
+            if len(n.path) != depth:
+                raise HierarchyError(f"node {n.name}: path {n.path} has {len(n.path)} levels; "
+                                     f"the hierarchy has {depth}")
+        self.tree = domains(self.hierarchy, [n.path for n in self.nodes])
+        self.caps = [capacity(n, self.gang) for n in self.nodes]
+        self.children = {}
+        for level in range(depth):
+            for path in sorted(self.tree.by_level[level]):
+                self.children.setdefault((level - 1, path[:-1]), []).append(path)
+
+    def cap(self, domain: Domain) -> int:
+        if domain.level < 0:
+            return sum(self.caps)
+        return sum(self.caps[i] for i in self.tree.members(domain))
+
+    def kids(self, domain: Domain) -> list[Domain]:
+        return [Domain(domain.level + 1, p)
+                for p in self.children.get((domain.level, domain.path), [])]
+
+
+def _best_fit(options: Sequence[tuple[int, Domain]], need: int) -> int:
+    """Index, in ``options`` (sorted by capacity descending), of the first domain with the
+    smallest capacity that still holds ``need`` (Kueue's findBestFitDomainIdx)."""
+    best = 0
+    for i, (cap, _) in enumerate(options):
+        if cap >= need and cap != options[best][0]:
+            best = i
+    return best
+
+
+def _descend(cl: _Cluster, domain: Domain, pods: int, *, fullest_first: bool) -> dict[int, int]:
+    """Pods per node inside ``domain``: Kueue's descent (children with the most capacity
+    first, the best-fitting one last) at every level; with ``fullest_first`` the node level
+    instead fills the nodes with the least capacity first."""
+    current: list[tuple[Domain, int]] = [(domain, pods)]
+    node_level = cl.hierarchy.node_level
+    while current and current[0][0].level < node_level:
+        nxt: list[tuple[Domain, int]] = []
+        for dom, need in current:
+            kids = [(cl.cap(k), k) for k in cl.kids(dom)]
+            kids = [(c, k) for c, k in kids if c > 0]
+            leaf = dom.level + 1 == node_level
+            if leaf and fullest_first:
+                kids.sort(key=lambda ck: (ck[0], ck[1].path))
+                for c, k in kids:
+                    if need <= 0:
+                        break
+                    take = min(c, need)
+                    nxt.append((k, take))
+                    need -= take
+                continue
+            kids.sort(key=lambda ck: (-ck[0], ck[1].path))
+            i = 0
+            while need > 0 and i < len(kids):
+                if kids[i][0] >= need:
+                    j = i + _best_fit(kids[i:], need)
+                    nxt.append((kids[j][1], need))
+                    need = 0
+                    break
+                nxt.append((kids[i][1], kids[i][0]))
+                need -= kids[i][0]
+                i += 1
+        current = nxt
+    out: dict[int, int] = {}
+    for dom, count in current:
+        (idx,) = cl.tree.members(dom)
+        out[idx] = out.get(idx, 0) + count
+    return out
+
+
+# ------------------------------------------------------------------------------ realising
+
+def fabric_gbps(topology: Topology, gpus: Sequence[int]) -> float:
+    """GB/s ``gpus`` move over an NVLink fabric that spans nodes: their NVSwitch links' sum (0
+    for machines without NVSwitch, whose NVLinks stay inside the node)."""
+    if not topology.nvswitch or topology.size < 2:
+        return 0.0
+    bw = topology.bandwidth_matrix
+    return sum(max(bw[g][h] for h in range(topology.size) if h != g) for g in gpus)
+
+
+def _pod_effbw(topology: Topology, request: Request, decision: Decision) -> float:
+    pattern = request.effective_pattern()
+    if not pattern.edges:
+        return math.inf
+    return effective_bandwidth(topology, mapped_edges(pattern, decision.mapping), MODEL_GPUTOPO)
+
+
+def _realise(cl: _Cluster, counts: Mapping[int, int], policy: str,
+             evaluator: Evaluator) -> tuple[list[PodPlacement], float, InterNode]:
+    """Place each pod's GPUs with ``policy`` on its node (nodes in path order); raises NoFit
+    when the policy refuses one."""
+    order = sorted(counts, key=lambda i: cl.nodes[i].path)
+    placements: list[PodPlacement] = []
+    intra = math.inf
+    links: list[NodeLink] = []
+    request = cl.gang.request
+    for i in order:
+        node = cl.nodes[i]
+        state = node.state
+        used: list[int] = []
+        for _ in range(counts[i]):
+            d = evaluator.place(policy, node.topology, state, request)
+            state = state.with_allocation(d)
+            placements.append(PodPlacement(len(placements), i, d))
+            used.extend(d.gpus)
+            intra = min(intra, _pod_effbw(node.topology, request, d))
+        nic = node.network.job_gbps(used, node.topology.bandwidths) if node.network else 0.0
+        links.append(NodeLink(node.path, nic, fabric_gbps(node.topology, used)))
+    return placements, intra, inter_node(cl.hierarchy, links)
+
+
+# ------------------------------------------------------------------------------ PreservedBW
+
+def _unit_gbps(nodes: Sequence[GangNode]) -> tuple[float, float]:
+    """(per-GPU NIC rate, per-GPU NVLink fabric rate), GB/s, the median over the nodes: the
+    weight of a pair of free GPUs on different nodes before the level's share."""
+    nic = [n.network.job_gbps(range(n.topology.size), n.topology.bandwidths) / n.topology.size
+           for n in nodes if n.network is not None]
+    fab = [fabric_gbps(n.topology, [0]) for n in nodes if n.topology.nvswitch]
+    return (statistics.median(nic) if nic else 0.0, statistics.median(fab) if fab else 0.0)
+
+
+def preserved_loss_gbps(nodes: Sequence[GangNode], hierarchy: Hierarchy,
+                        taken: Mapping[int, Sequence[int]]) -> float:
+    """PreservedBW (MAPA §3.4.2, Eq. 3) the cluster's free GPUs lose when the GPUs ``taken``
+    (node index → GPU indices) are handed out, GB/s.
+
+    Eq. 3 sums the bandwidth of the links among the free GPUs of a node; at cluster scale
+    every pair of free GPUs counts: inside a node, their link (Eq. 3 itself); on two nodes,
+    the median per-GPU NIC rate times the share of the level their deepest common domain is
+    at (:meth:`topology.hierarchy.Hierarchy.share`), or the per-GPU NVLink rate inside an
+    NVLink domain. Only the nodes and domains that change are computed.
+    """
+    nic_unit, fab_unit = _unit_gbps(nodes)
+    loss = 0.0
+    for i, gpus in taken.items():
+        node = nodes[i]
+        free = node.state.free_gpus(node.topology)
+        left = [g for g in free if g not in set(gpus)]
+        loss += preserved_bandwidth(node.topology, free) - preserved_bandwidth(node.topology,
+                                                                              left)
+    if not taken:
+        return loss
+    depth = len(hierarchy.levels)
+    free_of = [len(n.state.free_gpus(n.topology)) for n in nodes]
+    delta = {i: len(g) for i, g in taken.items()}
+    # free GPUs per domain at every level, before and after
+    before: list[dict[tuple[str, ...], int]] = [{} for _ in range(depth + 1)]
+    after: list[dict[tuple[str, ...], int]] = [{} for _ in range(depth + 1)]
+    for i, n in enumerate(nodes):
+        for level in range(depth + 1):  # level 0 of these tables is the whole cluster
+            key = tuple(n.path[:level])
+            before[level][key] = before[level].get(key, 0) + free_of[i]
+            after[level][key] = after[level].get(key, 0) + free_of[i] - delta.get(i, 0)
+    touched = [{tuple(nodes[i].path[:level]) for i in taken} for level in range(depth)]
+    for level in range(depth):  # a domain at table level L splits into children at L+1
+        hier_level = level - 1  # its hierarchy level (-1: the whole cluster)
+        if hierarchy.nvlink_between(hier_level):
+            weight = fab_unit
+        else:
+            weight = nic_unit * hierarchy.share(hier_level)
+        if weight <= 0:
+            continue
+        for key in touched[level]:
+            kids = [k for k in before[level + 1] if k[:level] == key]
+            pairs_b = before[level][key] ** 2 - sum(before[level + 1][k] ** 2 for k in kids)
+            pairs_a = after[level][key] ** 2 - sum(after[level + 1][k] ** 2 for k in kids)
+            loss += weight * (pairs_b - pairs_a) / 2.0
+    return loss
+
+
+# ------------------------------------------------------------------------------ choosers
+
+def _check_level(hierarchy: Hierarchy, gang: Gang) -> int | None:
+    label = gang.required or gang.preferred
+    return hierarchy.index(label) if label is not None else None
+
+
+def _feasible(cl: _Cluster, level: int) -> list[Domain]:
+    if level < 0:
+        root = Domain(-1, ())
+        return [root] if cl.cap(root) >= cl.gang.pods else []
+    return [d for d in cl.tree.at(level) if cl.cap(d) >= cl.gang.pods]
+
+
+def _no_fit(cl: _Cluster, why: str) -> GangNoFit:
+    total = sum(cl.caps)
+    return GangNoFit(f"{cl.gang.pods} pod(s) of {cl.gang.request.count} GPU(s): {why} "
+                     f"(room for {total} such pod(s) in the whole cluster)")
+
+
+def choose_kueue(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
+                 policy: str = KUEUE_NODE_POLICY,
+                 evaluator: Evaluator | None = None) -> GangPlan:
+    """Kueue TAS's choice (module docstring), each pod's GPUs by ``policy``.
+
+    With no level given the node level is preferred (climbing as needed).
+
+    Raises:
+        GangNoFit: no domain of the required level (or, preferred, any level) has room, or
+            the node policy refuses a pod.
+        HierarchyError: an unknown level label, or node paths that do not match.
+        RequestError: a malformed gang.
+    """
+    ev = evaluator or Evaluator()
+    cl = _Cluster(nodes, hierarchy, gang)
+    start = _check_level(hierarchy, gang)
+    level = hierarchy.node_level if start is None else start
+    while True:
+        found = _feasible(cl, level)
+        if found:
+            break
+        if gang.required is not None:
+            raise _no_fit(cl, f"no {hierarchy.labels[level]} domain has room")
+        if level < 0:
+            raise _no_fit(cl, "the cluster has no room")
+        level -= 1
+    ordered = sorted(((cl.cap(d), d) for d in found), key=lambda cd: (-cd[0], cd[1].path))
+    domain = ordered[_best_fit(ordered, gang.pods)][1]
+    counts = _descend(cl, domain, gang.pods, fullest_first=False)
+    try:
+        pods, intra, inter = _realise(cl, counts, policy, ev)
+    except NoFit as exc:
+        raise GangNoFit(f"{policy} refused a pod in {_level_name(hierarchy, domain)}: "
+                        f"{exc}") from None
+    taken = _taken(pods)
+    return GangPlan("kueue-tas", domain, tuple(pods), intra, inter,
+                    preserved_loss_gbps(nodes, hierarchy, taken),
+                    reason=f"best fit at {_level_name(hierarchy, domain)}")
+
+
+def _taken(pods: Sequence[PodPlacement]) -> dict[int, list[int]]:
+    taken: dict[int, list[int]] = {}
+    for p in pods:
+        taken.setdefault(p.node, []).extend(p.decision.gpus)
+    return taken
+
+
+def _level_name(hierarchy: Hierarchy, domain: Domain) -> str:
+    return "the whole cluster" if domain.level < 0 else domain.describe(hierarchy)
+
+
+def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
+           policy: str = GPUTOPO_NODE_POLICY, evaluator: Evaluator | None = None,
+           tolerance: float = BOTTLENECK_TOLERANCE) -> GangPlan:
+    """gputopo's choice (module docstring), each pod's GPUs by ``policy``.
+
+    Raises:
+        GangNoFit: nothing at or below a required level has room (or nothing anywhere), or
+            the node policy refuses a pod in every candidate.
+        HierarchyError: an unknown level label, or node paths that do not match.
+        RequestError: a malformed gang.
+    """
+    ev = evaluator or Evaluator()
+    cl = _Cluster(nodes, hierarchy, gang)
+    required = _check_level(hierarchy, gang) if gang.required is not None else None
+    ceiling = -1 if required is None else required
+    level = hierarchy.node_level
+    refused: list[str] = []
+    while level >= ceiling:
+        found = _feasible(cl, level)
+        plans = [p for d in found if (p := _best_in(cl, d, policy, ev, tolerance, refused))]
+        if plans:
+            return _rank(plans, tolerance, cl.gang.request.sensitive, cl)
+        level -= 1
+    where = (f"no {hierarchy.labels[required]} domain has room" if required is not None
+             else "the cluster has no room")
+    if refused:
+        where += f"; {refused[0]}"
+    raise _no_fit(cl, where)
+
+
+def _best_in(cl: _Cluster, domain: Domain, policy: str, ev: Evaluator, tolerance: float,
+             refused: list[str]) -> GangPlan | None:
+    plans = []
+    seen: set[tuple[tuple[int, int], ...]] = set()
+    for fullest in (False, True):
+        counts = _descend(cl, domain, cl.gang.pods, fullest_first=fullest)
+        key = tuple(sorted(counts.items()))
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            pods, intra, inter = _realise(cl, counts, policy, ev)
+        except NoFit as exc:
+            refused.append(f"{policy} refused a pod in {_level_name(cl.hierarchy, domain)}: "
+                           f"{exc}")
+            continue
+        loss = preserved_loss_gbps(cl.nodes, cl.hierarchy, _taken(pods))
+        plans.append(GangPlan("gputopo", domain, tuple(pods), intra, inter, loss))
+    if not plans:
+        return None
+    return _rank(plans, tolerance, cl.gang.request.sensitive, cl)
+
+
+def _rank(plans: Sequence[GangPlan], tolerance: float, sensitive: bool,
+          cl: _Cluster) -> GangPlan:
+    """Bottleneck (within ``tolerance`` of the best: equal), then PreservedBW lost, then the
+    capacity left in the domain (best fit), then path order."""
+    pool = list(plans)
+    if sensitive:
+        top = max(_finite(p.bottleneck_gbps) for p in pool)
+        pool = [p for p in pool if _finite(p.bottleneck_gbps) >= top * (1.0 - tolerance)]
+    best = min(pool, key=lambda p: (round(p.preserved_loss_gbps, 6),
+                                    cl.cap(p.domain) - cl.gang.pods, p.domain.path,
+                                    tuple(cl.nodes[i].path for i in p.nodes)))
+    where = "between nodes" if best.inter.gbps <= best.intra_gbps else "inside nodes"
+    why = (f"tightest domain {_level_name(cl.hierarchy, best.domain)}; bottleneck "
+           f"{_fmt(best.bottleneck_gbps)} ({where}), PreservedBW spent "
+           f"{best.preserved_loss_gbps:.1f} GB/s")
+    return GangPlan(best.chooser, best.domain, best.pods, best.intra_gbps, best.inter,
+                    best.preserved_loss_gbps, reason=why)
+
+
+def _finite(v: float) -> float:
+    return v if math.isfinite(v) else 1e18
+
+
+def _fmt(v: float) -> str:
+    return "none (one node, one GPU per pod)" if not math.isfinite(v) else f"{v:.1f} GB/s"
+
+
+#: The choosers by name.
+CHOOSERS: dict[str, Callable[..., GangPlan]] = {"gputopo": choose, "kueue-tas": choose_kueue}
