@@ -191,6 +191,7 @@ class _Cluster:
     tree: DomainTree = field(init=False)
     caps: list[int] = field(init=False)
     children: dict[tuple[int, tuple[str, ...]], list[tuple[str, ...]]] = field(init=False)
+    preserve: _Preserve = field(init=False)
 
     def __post_init__(self) -> None:
         depth = len(self.hierarchy.levels)
@@ -204,6 +205,7 @@ class _Cluster:
         for level in range(depth):
             for path in sorted(self.tree.by_level[level]):
                 self.children.setdefault((level - 1, path[:-1]), []).append(path)
+        self.preserve = _Preserve(self.nodes, self.hierarchy)
 
     def cap(self, domain: Domain) -> int:
         if domain.level < 0:
@@ -283,28 +285,49 @@ def _pod_effbw(topology: Topology, request: Request, decision: Decision) -> floa
     return effective_bandwidth(topology, mapped_edges(pattern, decision.mapping), MODEL_GPUTOPO)
 
 
+def predict(hierarchy: Hierarchy, request: Request,
+            parts: Sequence[tuple[GangNode, Sequence[Decision]]]) -> tuple[float, InterNode]:
+    """The predicted bandwidth of a job whose pods got ``parts`` (each node and the decisions
+    of the job's pods on it): the slowest pod's EffBW inside its node (gputopo-v1 on the pod's
+    pattern; ``inf`` for one-GPU pods) and the inter-node ring
+    (:func:`topology.hierarchy.inter_node`). Whoever placed the pods — any chooser, or
+    kube-scheduler pod by pod — the same prediction judges them.
+
+    Raises:
+        HierarchyError: no parts.
+    """
+    intra = math.inf
+    links: list[NodeLink] = []
+    for node, decisions in parts:
+        used: list[int] = []
+        for d in decisions:
+            used.extend(d.gpus)
+            intra = min(intra, _pod_effbw(node.topology, request, d))
+        nic = node.network.job_gbps(used, node.topology.bandwidths) if node.network else 0.0
+        links.append(NodeLink(node.path, nic, fabric_gbps(node.topology, used)))
+    return intra, inter_node(hierarchy, links)
+
+
 def _realise(cl: _Cluster, counts: Mapping[int, int], policy: str,
              evaluator: Evaluator) -> tuple[list[PodPlacement], float, InterNode]:
     """Place each pod's GPUs with ``policy`` on its node (nodes in path order); raises NoFit
     when the policy refuses one."""
     order = sorted(counts, key=lambda i: cl.nodes[i].path)
     placements: list[PodPlacement] = []
-    intra = math.inf
-    links: list[NodeLink] = []
+    parts: list[tuple[GangNode, list[Decision]]] = []
     request = cl.gang.request
     for i in order:
         node = cl.nodes[i]
         state = node.state
-        used: list[int] = []
+        here: list[Decision] = []
         for _ in range(counts[i]):
             d = evaluator.place(policy, node.topology, state, request)
             state = state.with_allocation(d)
             placements.append(PodPlacement(len(placements), i, d))
-            used.extend(d.gpus)
-            intra = min(intra, _pod_effbw(node.topology, request, d))
-        nic = node.network.job_gbps(used, node.topology.bandwidths) if node.network else 0.0
-        links.append(NodeLink(node.path, nic, fabric_gbps(node.topology, used)))
-    return placements, intra, inter_node(cl.hierarchy, links)
+            here.append(d)
+        parts.append((node, here))
+    intra, inter = predict(cl.hierarchy, request, parts)
+    return placements, intra, inter
 
 
 # ------------------------------------------------------------------------------ PreservedBW
@@ -318,6 +341,66 @@ def _unit_gbps(nodes: Sequence[GangNode]) -> tuple[float, float]:
     return (statistics.median(nic) if nic else 0.0, statistics.median(fab) if fab else 0.0)
 
 
+class _Preserve:
+    """The cluster's free GPUs per domain, to price what a placement takes
+    (:func:`preserved_loss_gbps`) in time proportional to the domains it touches."""
+
+    def __init__(self, nodes: Sequence[GangNode], hierarchy: Hierarchy) -> None:
+        self.nodes = nodes
+        self.depth = len(hierarchy.levels)
+        self.free = [n.state.free_gpus(n.topology) for n in nodes]
+        nic_unit, fab_unit = _unit_gbps(nodes)
+        # table level L: domains keyed by path[:L] (L = 0 is the whole cluster; L = depth a
+        # node); the weight of a pair whose deepest common domain is at table level L
+        self.weight = []
+        for level in range(self.depth):
+            hier_level = level - 1
+            self.weight.append(fab_unit if hierarchy.nvlink_between(hier_level)
+                               else nic_unit * hierarchy.share(hier_level))
+        self.count: list[dict[tuple[str, ...], int]] = [{} for _ in range(self.depth + 1)]
+        for i, n in enumerate(nodes):
+            for level in range(self.depth + 1):
+                key = tuple(n.path[:level])
+                self.count[level][key] = self.count[level].get(key, 0) + len(self.free[i])
+        # Σ over a domain's children of (their free GPUs)²
+        self.child_sq: list[dict[tuple[str, ...], int]] = [{} for _ in range(self.depth)]
+        for level in range(self.depth):
+            for key, f in self.count[level + 1].items():
+                parent = key[:level]
+                self.child_sq[level][parent] = self.child_sq[level].get(parent, 0) + f * f
+
+    def loss(self, taken: Mapping[int, Sequence[int]]) -> float:
+        loss = 0.0
+        for i, gpus in taken.items():
+            node = self.nodes[i]
+            gone = set(gpus)
+            left = [g for g in self.free[i] if g not in gone]
+            loss += preserved_bandwidth(node.topology, self.free[i]) - \
+                preserved_bandwidth(node.topology, left)
+        # free GPUs taken per domain at every table level
+        delta: list[dict[tuple[str, ...], int]] = [{} for _ in range(self.depth + 1)]
+        for i, gpus in taken.items():
+            for level in range(self.depth + 1):
+                key = tuple(self.nodes[i].path[:level])
+                delta[level][key] = delta[level].get(key, 0) + len(gpus)
+        for level in range(self.depth):
+            w = self.weight[level]
+            if w <= 0:
+                continue
+            for key, d in delta[level].items():
+                before = self.count[level][key]
+                sq_before = self.child_sq[level][key]
+                sq_after = sq_before
+                for child, dc in delta[level + 1].items():
+                    if child[:level] == key:
+                        fc = self.count[level + 1][child]
+                        sq_after += (fc - dc) ** 2 - fc * fc
+                pairs_before = before * before - sq_before
+                pairs_after = (before - d) ** 2 - sq_after
+                loss += w * (pairs_before - pairs_after) / 2.0
+        return loss
+
+
 def preserved_loss_gbps(nodes: Sequence[GangNode], hierarchy: Hierarchy,
                         taken: Mapping[int, Sequence[int]]) -> float:
     """PreservedBW (MAPA §3.4.2, Eq. 3) the cluster's free GPUs lose when the GPUs ``taken``
@@ -329,42 +412,7 @@ def preserved_loss_gbps(nodes: Sequence[GangNode], hierarchy: Hierarchy,
     at (:meth:`topology.hierarchy.Hierarchy.share`), or the per-GPU NVLink rate inside an
     NVLink domain. Only the nodes and domains that change are computed.
     """
-    nic_unit, fab_unit = _unit_gbps(nodes)
-    loss = 0.0
-    for i, gpus in taken.items():
-        node = nodes[i]
-        free = node.state.free_gpus(node.topology)
-        left = [g for g in free if g not in set(gpus)]
-        loss += preserved_bandwidth(node.topology, free) - preserved_bandwidth(node.topology,
-                                                                              left)
-    if not taken:
-        return loss
-    depth = len(hierarchy.levels)
-    free_of = [len(n.state.free_gpus(n.topology)) for n in nodes]
-    delta = {i: len(g) for i, g in taken.items()}
-    # free GPUs per domain at every level, before and after
-    before: list[dict[tuple[str, ...], int]] = [{} for _ in range(depth + 1)]
-    after: list[dict[tuple[str, ...], int]] = [{} for _ in range(depth + 1)]
-    for i, n in enumerate(nodes):
-        for level in range(depth + 1):  # level 0 of these tables is the whole cluster
-            key = tuple(n.path[:level])
-            before[level][key] = before[level].get(key, 0) + free_of[i]
-            after[level][key] = after[level].get(key, 0) + free_of[i] - delta.get(i, 0)
-    touched = [{tuple(nodes[i].path[:level]) for i in taken} for level in range(depth)]
-    for level in range(depth):  # a domain at table level L splits into children at L+1
-        hier_level = level - 1  # its hierarchy level (-1: the whole cluster)
-        if hierarchy.nvlink_between(hier_level):
-            weight = fab_unit
-        else:
-            weight = nic_unit * hierarchy.share(hier_level)
-        if weight <= 0:
-            continue
-        for key in touched[level]:
-            kids = [k for k in before[level + 1] if k[:level] == key]
-            pairs_b = before[level][key] ** 2 - sum(before[level + 1][k] ** 2 for k in kids)
-            pairs_a = after[level][key] ** 2 - sum(after[level + 1][k] ** 2 for k in kids)
-            loss += weight * (pairs_b - pairs_a) / 2.0
-    return loss
+    return _Preserve(nodes, hierarchy).loss(taken)
 
 
 # ------------------------------------------------------------------------------ choosers
@@ -421,9 +469,8 @@ def choose_kueue(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
     except NoFit as exc:
         raise GangNoFit(f"{policy} refused a pod in {_level_name(hierarchy, domain)}: "
                         f"{exc}") from None
-    taken = _taken(pods)
     return GangPlan("kueue-tas", domain, tuple(pods), intra, inter,
-                    preserved_loss_gbps(nodes, hierarchy, taken),
+                    cl.preserve.loss(_taken(pods)),
                     reason=f"best fit at {_level_name(hierarchy, domain)}")
 
 
@@ -457,7 +504,10 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
     refused: list[str] = []
     while level >= ceiling:
         found = _feasible(cl, level)
-        plans = [p for d in found if (p := _best_in(cl, d, policy, ev, tolerance, refused))]
+        if level == hierarchy.node_level:
+            plans = _on_one_node(cl, found, policy, ev, refused)
+        else:
+            plans = [p for d in found if (p := _best_in(cl, d, policy, ev, tolerance, refused))]
         if plans:
             return _rank(plans, tolerance, cl.gang.request.sensitive, cl)
         level -= 1
@@ -466,6 +516,36 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
     if refused:
         where += f"; {refused[0]}"
     raise _no_fit(cl, where)
+
+
+def _on_one_node(cl: _Cluster, found: Sequence[Domain], policy: str, ev: Evaluator,
+                 refused: list[str]) -> list[GangPlan]:
+    """Candidates that are single nodes: nodes of one machine type in one state with the same
+    NICs get the same GPUs, so the policy runs once per such group; the PreservedBW lost still
+    differs by where the node sits."""
+    groups: dict[tuple[object, ...], list[int]] = {}
+    for d in found:
+        (i,) = cl.tree.members(d)
+        n = cl.nodes[i]
+        key = (n.topology.topology_class, n.state.key(), n.network)
+        groups.setdefault(key, []).append(i)
+    plans = []
+    for members in groups.values():
+        first = members[0]
+        try:
+            pods, intra, inter = _realise(cl, {first: cl.gang.pods}, policy, ev)
+        except NoFit as exc:
+            refused.append(f"{policy} refused a pod on {cl.nodes[first].name}: {exc}")
+            continue
+        for i in members:
+            if cl.nodes[i].topology is cl.nodes[first].topology:
+                mine = [PodPlacement(p.index, i, p.decision) for p in pods]
+            else:  # the same class, other UUIDs: the (cached) decisions relabelled for it
+                mine = _realise(cl, {i: cl.gang.pods}, policy, ev)[0]
+            domain = Domain(cl.hierarchy.node_level, cl.nodes[i].path)
+            plans.append(GangPlan("gputopo", domain, tuple(mine), intra, inter,
+                                  cl.preserve.loss(_taken(mine))))
+    return plans
 
 
 def _best_in(cl: _Cluster, domain: Domain, policy: str, ev: Evaluator, tolerance: float,
@@ -484,7 +564,7 @@ def _best_in(cl: _Cluster, domain: Domain, policy: str, ev: Evaluator, tolerance
             refused.append(f"{policy} refused a pod in {_level_name(cl.hierarchy, domain)}: "
                            f"{exc}")
             continue
-        loss = preserved_loss_gbps(cl.nodes, cl.hierarchy, _taken(pods))
+        loss = cl.preserve.loss(_taken(pods))
         plans.append(GangPlan("gputopo", domain, tuple(pods), intra, inter, loss))
     if not plans:
         return None
