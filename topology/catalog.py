@@ -13,7 +13,6 @@ from functools import cache
 
 from topology.model import (
     GPU,
-    LinkBandwidths,
     PCIeLevel,
     Topology,
     TopologyError,
@@ -452,18 +451,14 @@ _HGX_BUS = ["0000:1B:00.0", "0000:43:00.0", "0000:51:00.0", "0000:9B:00.0",
 def _hgx8(name: str, model: str, memory_mib: int, generation: int) -> Topology:
     """Eight SXM GPUs on NVSwitch, each with 18 NVLinks into the fabric (``nvidia-smi topo
     -m`` prints NV18 for every pair), each on its own PCIe switch with its own NIC: GPU pairs
-    of one socket meet at NODE, across sockets at SYS. PCIe is Gen5: :data:`PCIE_GEN5`."""
+    of one socket meet at NODE, across sockets at SYS. PCIe paths carry MAPA's 12 GB/s as on
+    every machine (see :func:`h100_nvl`)."""
     numa = [i // 4 for i in range(8)]
     gpus = _gpus(name, 8, model, memory_mib, lambda i: numa[i], _SPR_CPUS, _HGX_BUS)
     nvlinks = {(a, b): 18 for a in range(8) for b in range(a + 1, 8)}
     pcie = _pcie_by_groups(range(8), numa, same_group=PCIeLevel.NODE)
     return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=generation,
-                          nvswitch=True, bandwidths=PCIE_GEN5)
-
-
-#: PCIe Gen5 x16 machines: MAPA labels every non-NVLink pair with PCIe Gen3 x16's usable
-#: 12 GB/s of its raw 15.75 (Table 1); the same share of Gen5's raw 63 GB/s is 48 GB/s.
-PCIE_GEN5 = LinkBandwidths(pcie_gbps={level: 48.0 for level in PCIeLevel})
+                          nvswitch=True)
 
 
 def hgx_h100() -> Topology:
@@ -505,14 +500,18 @@ def h100_nvl() -> Topology:
     of two GPUs and a NIC per switch, 200 Gb/s of network per GPU. Pairs of one socket meet at
     NODE, across sockets at SYS. 94 GB HBM3 per card (95 830 MiB as ``nvidia-smi`` reports an
     "NVIDIA H100 NVL"). Host: ``_SPR_CPUS`` (two 56-core Xeons, GPUs 0-3 on socket 0).
+
+    PCIe between pairs is Gen5 here (usable ~48 GB/s: the 12/15.75 share MAPA's Table 1 gives
+    Gen3, applied to Gen5's 63), but the model labels every PCIe path with MAPA's 12 GB/s, as
+    NVML discovery does: it does not read the link generation, and a catalog machine must
+    look like what its device plugin would publish. Cross-pair sets are undervalued 4x.
     """
     name = "h100-nvl"
     numa = [i // 4 for i in range(8)]
     gpus = _gpus(name, 8, "NVIDIA H100 NVL", 95830, lambda i: numa[i], _SPR_CPUS, _HGX_BUS)
     nvlinks = {(a, a + 1): 12 for a in range(0, 8, 2)}
     pcie = _pcie_by_groups([i // 2 for i in range(8)], numa, same_group=PCIeLevel.PIX)
-    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=4,
-                          bandwidths=PCIE_GEN5)
+    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=4)
 
 
 def gb200_tray() -> Topology:
@@ -533,8 +532,7 @@ def gb200_tray() -> Topology:
     gpus = _gpus(name, 4, "NVIDIA GB200", 189471, lambda i: numa[i], cpus, bus)
     nvlinks = {(a, b): 18 for a in range(4) for b in range(a + 1, 4)}
     pcie = _pcie_by_groups(range(4), numa, same_group=PCIeLevel.NODE)
-    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=5, nvswitch=True,
-                          bandwidths=PCIE_GEN5)
+    return Topology.build(name, gpus, nvlinks, pcie, nvlink_generation=5, nvswitch=True)
 
 
 # ---------------------------------------------------------------------------- NICs

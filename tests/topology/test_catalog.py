@@ -254,7 +254,7 @@ def test_h100_nvl_is_bridged_pairs_over_pcie() -> None:
             assert t.nvlinks(i, j) == 12 and t.link_bandwidth(i, j) == 300.0
             assert t.pcie_level(i, j) == PCIeLevel.PIX
         else:
-            assert t.nvlinks(i, j) == 0 and t.link_bandwidth(i, j) == 48.0  # PCIe Gen5
+            assert t.nvlinks(i, j) == 0 and t.link_bandwidth(i, j) == 12.0  # MAPA's PCIe
     net = catalog.network("h100-nvl")
     assert net is not None and net.rails == (0, 0, 1, 1, 2, 2, 3, 3)
 
