@@ -15,8 +15,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def simulate(
-        workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2 | tabrizian-best | tabrizian-worst | tabrizian-mix | andreas-armida | andreas-s1 | andreas-s2, with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
-        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for tabrizian-* workloads exclusive,random-colocate,colocate,gputopo; for andreas-* workloads: fifo,edf,ps,andreas (also andreas-paper, Algorithm 1 as published, and fifo-/edf-/ps-fastest)")],
+        workload: Annotated[str, typer.Option("--workload", "-w", help="mapa | amaral-prototype | amaral-s1 | amaral-s2 | tabrizian-best | tabrizian-worst | tabrizian-mix | andreas-armida | andreas-s1 | andreas-s2 | hierarchy (multi-node jobs and gangs), with optional :key=value,... (e.g. mapa:jobs=60), or a .json/.yaml/.csv file")],
+        policies: Annotated[str, typer.Option("--policies", "-p", help="comma-separated policy names, e.g. baseline,mapa-preserve,gputopo; for tabrizian-* workloads exclusive,random-colocate,colocate,gputopo; for andreas-* workloads: fifo,edf,ps,andreas (also andreas-paper, Algorithm 1 as published, and fifo-/edf-/ps-fastest); for hierarchy: default,gang,kueue-tas,gputopo")],
         out: Annotated[Path, typer.Option("--out", "-o", help="output directory (CSV per run, summary.json, summary.md, plots)")],
         topology: Annotated[str | None, typer.Option("--topology", "-t", help="every node's topology: catalog name, topology JSON/YAML file, or saved `nvidia-smi topo -m` output (optional for workloads that define their own cluster: tabrizian-*, andreas-*, files with a cluster)")] = None,
         nodes: Annotated[int | None, typer.Option("--nodes", "-n", help="number of nodes (default: the workload's: mapa 1, amaral-s1 5, amaral-s2 1000, tabrizian-best/worst 2, tabrizian-mix 4, andreas-s1/s2 10)")] = None,
@@ -35,12 +35,28 @@ def register(app: typer.Typer) -> None:
         and the planner).
 
         Placement workloads write DIR/jobs-<policy>.csv, DIR/timeline-<policy>.csv; planning
-        workloads (andreas-*) DIR/segments-<policy>.csv and DIR/jobs-<policy>.csv; both write
+        workloads (andreas-*) DIR/segments-<policy>.csv and DIR/jobs-<policy>.csv; multi-node
+        workloads (hierarchy, files with gangs) DIR/jobs-<policy>.csv; all write
         DIR/summary.json, DIR/details.json, DIR/summary.md, DIR/workload.json and PNG plots, and
         print the summary tables. Bad input exits 2 with one line.
         """
         from simulator import SimulationError
+        from simulator.multinode_workloads import is_multinode_spec
         from simulator.planning_workloads import is_planning_spec
+
+        if is_multinode_spec(workload):
+            from simulator.multinode_report import simulate_multinode, table
+
+            try:
+                _, summaries = simulate_multinode(
+                    workload, policies, seed=seed, out=out, make_plots=plots,
+                    progress=lambda line: typer.echo(line, err=True))
+            except SimulationError as exc:
+                fail(str(exc))
+            typer.echo(table(summaries))
+            typer.echo(f"wrote {out}/summary.json, summary.md, details.json, jobs CSVs"
+                       + (" and plots" if plots else ""))
+            return
 
         if is_planning_spec(workload):
             from simulator.planning_report import tables_markdown as planning_tables
