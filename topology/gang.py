@@ -485,10 +485,28 @@ def _level_name(hierarchy: Hierarchy, domain: Domain) -> str:
     return "the whole cluster" if domain.level < 0 else domain.describe(hierarchy)
 
 
+def natural_level(cl: _Cluster) -> int:
+    """The deepest level with a domain whose GPUs, all free, would hold the gang: the gang's
+    own domain size (a gang of 4 whole DGX nodes: a rack; of 40: a block). -1 when only the
+    whole cluster would."""
+    need = cl.gang.pods
+    per_node = [n.topology.size // cl.gang.request.count for n in cl.nodes]
+    for level in range(cl.hierarchy.node_level, -1, -1):
+        for d in cl.tree.at(level):
+            if sum(per_node[i] for i in cl.tree.members(d)) >= need:
+                return level
+    return -1
+
+
 def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
            policy: str = GPUTOPO_NODE_POLICY, evaluator: Evaluator | None = None,
-           tolerance: float = BOTTLENECK_TOLERANCE) -> GangPlan:
+           tolerance: float = BOTTLENECK_TOLERANCE, natural: bool = True) -> GangPlan:
     """gputopo's choice (module docstring), each pod's GPUs by ``policy``.
+
+    A gang with neither a required nor a preferred level is held to its :func:`natural_level`
+    (``natural``): a gang that an idle rack would hold goes into one rack or waits, rather than
+    spill over the spine because no rack has room *now* (the wait is the planner's to judge;
+    a preferred level lets it climb).
 
     Raises:
         GangNoFit: nothing at or below a required level has room (or nothing anywhere), or
@@ -499,6 +517,8 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
     ev = evaluator or Evaluator()
     cl = _Cluster(nodes, hierarchy, gang)
     required = _check_level(hierarchy, gang) if gang.required is not None else None
+    if required is None and gang.preferred is None and natural:
+        required = natural_level(cl)
     ceiling = -1 if required is None else required
     level = hierarchy.node_level
     refused: list[str] = []
@@ -511,8 +531,8 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
         if plans:
             return _rank(plans, tolerance, cl.gang.request.sensitive, cl)
         level -= 1
-    where = (f"no {hierarchy.labels[required]} domain has room" if required is not None
-             else "the cluster has no room")
+    where = (f"no {hierarchy.labels[required]} domain has room"
+             if required is not None and required >= 0 else "the cluster has no room")
     if refused:
         where += f"; {refused[0]}"
     raise _no_fit(cl, where)

@@ -4,6 +4,7 @@ bandwidth and PreservedBW."""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import pytest
 from hypothesis import given, settings
@@ -100,6 +101,18 @@ def test_a_gang_bigger_than_a_rack_stays_in_a_block() -> None:
     assert len({nodes[i].path[:2] for i in plan.nodes}) == 2
 
 
+def test_a_gang_waits_for_its_natural_domain_rather_than_spill() -> None:
+    """Four whole DGX nodes fit an idle rack: with every rack short of room now, gputopo waits
+    (nothing taken) instead of spreading the gang over the spine; a preferred level lets it
+    climb, as Kueue's does."""
+    busy = {f"n{b}{r}0": set(range(8)) for b in range(2) for r in range(2)}
+    nodes = cluster(busy)  # every rack: 3 idle nodes
+    with pytest.raises(GangNoFit, match=f"no {LABEL_RACK} domain has room"):
+        choose(nodes, DEFAULT, ring(4, 8))
+    plan = choose(nodes, DEFAULT, ring(4, 8, preferred=LABEL_RACK))
+    assert plan.domain.level == 0 and plan.inter.gbps == 25.0
+
+
 def test_required_level_is_never_exceeded_and_preferred_climbs() -> None:
     nodes = cluster()
     with pytest.raises(GangNoFit, match=f"no {LABEL_RACK} domain has room"):
@@ -172,7 +185,7 @@ def test_choosers_never_hand_out_a_gpu_twice_nor_a_busy_one(busy: list[set[int]]
     nodes = cluster(dict(zip(names, busy, strict=True)), blocks=1, racks=2)
     total = sum(capacity(n, ring(1, gpus)) for n in nodes)
     ev = Evaluator()
-    for chooser in (choose, choose_kueue):
+    for chooser in (partial(choose, natural=False), choose_kueue):
         if total < pods:
             with pytest.raises(GangNoFit):
                 chooser(nodes, DEFAULT, ring(pods, gpus), evaluator=ev)
