@@ -52,15 +52,18 @@ from topology.colocation.profile import ProfileError, builtin_catalog
 from topology.colocation.sources import resolve_profile
 from topology.contract import (
     ANN_BW_SENSITIVE,
+    ANN_COMPLETION_INDEX,
     ANN_MIN_UTILITY,
     ANN_PATTERN,
     ANN_PLANNED_NODE,
+    ANN_PLANNED_NODES,
     ANN_POLICY,
     DEFAULT_VGPU_MEMORY_UNIT_MIB,
     RESOURCE_GPU,
     RESOURCE_GPU_SHARED,
     RESOURCE_VGPU_CORE,
     RESOURCE_VGPU_MEMORY,
+    parse_planned_nodes,
 )
 from topology.numa_alignment import PodDemand
 from topology.patterns import PatternError, parse_pattern
@@ -414,19 +417,37 @@ _NODE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-
 
 
 def planned_node_of(pod: Mapping[str, Any]) -> str | None:
-    """The node named by the pod's ``gputopo.io/planned-node`` annotation (the planner copies
-    it into the pod template of the Jobs it resumes), or None.
+    """The node the gputopo planner placed the pod on, or None: its
+    ``gputopo.io/planned-node`` annotation (the planner copies it into the pod template of the
+    Jobs it resumes), or, for a gang's pod, the entry of its completion index
+    (``batch.kubernetes.io/job-completion-index``, set by the Job controller) in
+    ``gputopo.io/planned-nodes``.
 
     Raises:
-        PodSpecError: the value is not a node name.
+        PodSpecError: the value is not a node name, or a gang's pod has no index the planned
+            nodes name.
     """
     meta = pod.get("metadata")
     ann = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if isinstance(ann, Mapping) and ANN_PLANNED_NODES in ann:
+        try:
+            nodes = parse_planned_nodes(str(ann[ANN_PLANNED_NODES]))
+            index = int(str(ann.get(ANN_COMPLETION_INDEX, "")))
+        except ValueError as exc:
+            raise PodSpecError(f"a gang's pod needs {ANN_COMPLETION_INDEX} and a valid "
+                               f"{ANN_PLANNED_NODES}: {exc}") from None
+        if index not in nodes:
+            raise PodSpecError(f"{ANN_PLANNED_NODES} names no node for completion index "
+                               f"{index}")
+        return _node_name(nodes[index], ANN_PLANNED_NODES)
     if not isinstance(ann, Mapping) or ANN_PLANNED_NODE not in ann:
         return None
-    value = ann[ANN_PLANNED_NODE]
+    return _node_name(ann[ANN_PLANNED_NODE], ANN_PLANNED_NODE)
+
+
+def _node_name(value: object, key: str) -> str:
     if not isinstance(value, str) or len(value) > 253 or not _NODE_NAME.fullmatch(value):
-        raise PodSpecError(f"annotation {ANN_PLANNED_NODE}={value!r} is not a node name")
+        raise PodSpecError(f"annotation {key}={value!r} is not a node name")
     return value
 def _cpu_quantity(value: object) -> Fraction | None:
     """A CPU or memory quantity as an exact number (None when it does not parse: such a pod

@@ -366,3 +366,29 @@ def parse_gpu_indices(text: str) -> frozenset[int]:
             raise AssignmentError(f"{item!r} is not a GPU index")
         out.add(int(item))
     return frozenset(out)
+
+
+def format_planned_nodes(nodes: Iterable[str]) -> str:
+    """The ``gputopo.io/planned-nodes`` value for pods ``0, 1, …`` on ``nodes`` (in index
+    order): ``0=node-a,1=node-a,2=node-b``."""
+    return ",".join(f"{i}={n}" for i, n in enumerate(nodes))
+
+
+def parse_planned_nodes(text: str) -> dict[int, str]:
+    """Completion index → node of a ``gputopo.io/planned-nodes`` value.
+
+    Raises:
+        ValueError: not ``index=node`` pairs, a negative or repeated index, an empty node.
+    """
+    out: dict[int, str] = {}
+    for item in text.split(","):
+        index, sep, node = item.strip().partition("=")
+        try:
+            i = int(index)
+        except ValueError:
+            raise ValueError(f"{ANN_PLANNED_NODES}: {item.strip()!r} is not index=node") from None
+        if not sep or not node.strip() or i < 0 or i in out:
+            raise ValueError(f"{ANN_PLANNED_NODES}: {item.strip()!r} is not index=node "
+                             "(a new index >= 0 and a node)")
+        out[i] = node.strip()
+    return out

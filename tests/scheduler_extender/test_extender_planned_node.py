@@ -90,3 +90,27 @@ def test_a_planned_node_longer_than_a_node_name_can_be_is_the_pods_error() -> No
     pinned = gpu_pod("q", 1, annotations={ANN_PLANNED_NODE: longest})
     reply = client.post("/filter", json={"Pod": pinned, "NodeNames": list(NODES)}).json()
     assert reply["Error"] == "" and set(reply["FailedAndUnresolvableNodes"]) == set(NODES)
+
+
+def test_a_gang_pod_goes_to_the_node_of_its_completion_index() -> None:
+    """Gangs (Indexed Jobs): the planner writes one node per completion index in
+    ``gputopo.io/planned-nodes``; the Job controller gives each pod its index."""
+    from topology.contract import ANN_COMPLETION_INDEX, ANN_PLANNED_NODES, format_planned_nodes
+
+    client = make_client(state())
+    nodes = format_planned_nodes(["gpu-a", "gpu-c", "gpu-c"])
+    assert nodes == "0=gpu-a,1=gpu-c,2=gpu-c"
+    for index, want in (("0", "gpu-a"), ("2", "gpu-c")):
+        pod = gpu_pod(f"g-{index}", 4, annotations={ANN_PLANNED_NODES: nodes,
+                                                    ANN_COMPLETION_INDEX: index})
+        reply = client.post("/filter", json={"Pod": pod, "NodeNames": list(NODES)}).json()
+        assert reply["NodeNames"] == [want], reply
+        assert "planned-node" in next(iter(reply["FailedAndUnresolvableNodes"].values()))
+    for ann, message in (({ANN_PLANNED_NODES: nodes}, ANN_COMPLETION_INDEX),
+                         ({ANN_PLANNED_NODES: nodes, ANN_COMPLETION_INDEX: "7"},
+                          "no node for completion index 7"),
+                         ({ANN_PLANNED_NODES: "0=gpu-a,0=gpu-b", ANN_COMPLETION_INDEX: "0"},
+                          "not index=node")):
+        pod = gpu_pod("bad", 1, annotations=ann)
+        reply = client.post("/filter", json={"Pod": pod, "NodeNames": list(NODES)}).json()
+        assert message in reply["Error"], reply
