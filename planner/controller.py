@@ -39,6 +39,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.cluster import EnergyLedger, GpuNode, held_gpus, job_of, parse_node
+from planner.gang import (
+    admission_patch,
+    decide,
+    gang_nodes,
+    gang_status,
+    is_gang,
+    parse_gang,
+    promised_gpus,
+)
 from planner.jobs import (
     ManagedJob,
     annotation_patch,
@@ -52,7 +61,9 @@ from planner.jobs import (
 from planner.kube import ApiError, KubeApi
 from planner.metrics import Metrics
 from planner.settings import PlannerSettings as Settings
-from topology.contract import ANN_PLAN
+from topology.contract import ANN_PLAN, LABEL_QUEUE
+from topology.hierarchy import DEFAULT as DEFAULT_HIERARCHY
+from topology.hierarchy import Hierarchy
 from topology.planning.andreas import (
     Placement,
     PlanCache,
@@ -77,6 +88,7 @@ from topology.planning.profiles import (
     ProfileError,
     load_profiles,
 )
+from topology.policies.evaluate import Evaluator
 
 log = logging.getLogger("gputopo.planner")
 
@@ -132,6 +144,9 @@ class Planner:
             self.plan_settings = self.plan_settings.as_paper()
         self.plan_cache = PlanCache()
         self.learner = EpochTimeLearner()
+        self.hierarchy = (Hierarchy.parse(settings.hierarchy) if settings.hierarchy is not None
+                          else DEFAULT_HIERARCHY)
+        self.gang_evaluator = Evaluator()
         self.ledger = EnergyLedger()
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -258,6 +273,8 @@ class Planner:
         doc = self._load_profiles()
         power_table = {**BUILTIN_POWER, **doc.power_profiles()}
 
+        gang_objs = [o for o in jobs_json if is_gang(o)]
+        jobs_json = [o for o in jobs_json if not is_gang(o)]
         objs = {str((o.get("metadata") or {}).get("uid", "")): o for o in jobs_json}
         jobs = [j for j in managed(jobs_json) if not self.settings.queue
                 or j.queue == self.settings.queue]
@@ -314,6 +331,10 @@ class Planner:
             self.metrics.jobs.labels(state).set(count)
 
         held = held_gpus(pods, running_uids)
+        singles = [(j.uid, str(j.node), j.gpus) for j in plannable if j.running and j.node]
+        for node, gpus in self._gangs(gang_objs, nodes_json, pods, singles, now,
+                                      result).items():
+            held[node] = held.get(node, 0) + gpus
         plan_nodes = []
         for n in gpu_nodes.values():
             free = n.gpus - held.get(n.name, 0)
@@ -392,6 +413,78 @@ class Planner:
                  "f_OBJ %.4f EUR", trigger, result.planned, len(result.resumed),
                  len(result.suspended), result.objective_eur)
         return result
+
+    # ------------------------------------------------------------------ gangs
+    def _gangs(self, gang_objs: list[dict[str, Any]], nodes_json: list[dict[str, Any]],
+               pods: list[dict[str, Any]], singles: list[tuple[str, str, int]], now: float,
+               result: RoundResult) -> dict[str, int]:
+        """Admit, preempt or keep waiting the gangs (:mod:`planner.gang`); returns the GPUs per
+        node their pods hold without being bound yet (admitted now or earlier), which the
+        single-pod plan must leave alone."""
+        if not gang_objs:
+            return {}
+        objs = {str((o.get("metadata") or {}).get("uid", "")): o for o in gang_objs}
+        labels = {uid: ((o.get("metadata") or {}).get("labels") or {}) for uid, o in objs.items()}
+        gangs = [g for g in (parse_gang(o) for o in gang_objs)
+                 if not self.settings.queue or labels[g.uid].get(LABEL_QUEUE)
+                 == self.settings.queue]
+        promised = promised_gpus(gangs, pods, singles)
+        nodes, skipped = gang_nodes(nodes_json, pods, self.hierarchy, promised)
+        for line in skipped:
+            if line not in self._warned:
+                self._warned.add(line)
+                log.warning("gangs: %s; not used", line)
+        decision = decide(gangs, nodes, self.hierarchy, pods,
+                          chooser=self.settings.gang_chooser, evaluator=self.gang_evaluator)
+        for g in decision.invalid:
+            if g.uid not in self._warned:
+                self._warned.add(g.uid)
+                self.api.event(objs[g.uid], "InvalidGang", g.error, "Warning")
+        for victim, by in decision.preempt:
+            ops = suspend_patch(objs[victim.uid]) + annotation_patch(objs[victim.uid], {
+                ANN_PLAN: gang_status("preempted", decided_s=now,
+                                      reason=f"gang {by.key} (priority {by.priority}) needs "
+                                             "its GPUs")})
+            try:
+                self.api.patch_job(victim.namespace, victim.name, ops)
+            except ApiError as exc:
+                log.warning("preempt gang %s failed: %s", victim.key, exc)
+                continue
+            self.metrics.actions.labels("suspend").inc()
+            result.suspended.append(victim.key)
+            self.api.event(objs[victim.uid], "Preempted",
+                           f"all {victim.pods} pods suspended at once: gang {by.key} "
+                           f"(priority {by.priority}) needs their GPUs")
+        for g, gplan in decision.admit:
+            names = [nodes[p.node].name for p in gplan.pods]
+            status = gang_status("running", decided_s=now, reason=gplan.reason, plan=gplan,
+                                 nodes=names)
+            ops = admission_patch(objs[g.uid], names) + annotation_patch(objs[g.uid],
+                                                                         {ANN_PLAN: status})
+            try:
+                self.api.patch_job(g.namespace, g.name, ops)
+            except ApiError as exc:
+                log.warning("admit gang %s failed: %s", g.key, exc)
+                continue
+            self.metrics.actions.labels("resume").inc()
+            result.resumed.append(g.key)
+            for name in names:
+                promised[name] = promised.get(name, 0) + g.gpus
+            self.api.event(objs[g.uid], "Admitted",
+                           f"{g.pods} pods of {g.gpus} GPU(s) on "
+                           f"{', '.join(dict.fromkeys(names))}: {gplan.reason}")
+        for g, why in decision.waiting:
+            old = plan_of(objs[g.uid])
+            if old is not None and old.get("state") == "waiting" and old.get("reason") == why:
+                continue
+            try:
+                self.api.patch_job(g.namespace, g.name, annotation_patch(objs[g.uid], {
+                    ANN_PLAN: gang_status("waiting", decided_s=now, reason=why)}))
+            except ApiError as exc:
+                log.warning("status of gang %s not written: %s", g.key, exc)
+                continue
+            self.api.event(objs[g.uid], "Postponed", why)
+        return promised
 
     # ------------------------------------------------------------------ actions
     def _resume(self, job: ManagedJob, obj: Mapping[str, Any], d: Any, f_obj: float,

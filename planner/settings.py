@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from topology.hierarchy import Hierarchy, HierarchyError
 from topology.planning.andreas import (
     DEFAULT_INTERVAL_S,
     DEFAULT_MAX_ITERATIONS,
@@ -73,6 +74,11 @@ class PlannerSettings(FileBackedSettings):
         metrics_port: Prometheus metrics and /healthz on this port (0 = none).
         metrics_host: listen address of the metrics server.
         log_level: ``debug`` / ``info`` / ``warning`` / ``error``.
+        hierarchy: the topology levels gangs are placed in (``{"levels": [{"label": …,
+            "share": …, "nvlink": …}], "acrossShare": …}``: :class:`topology.hierarchy.
+            HierarchySpec`); None = block > rack > ``nvidia.com/gpu.clique`` > node.
+        gang_chooser: ``gputopo`` (tightest domain by bandwidth, then PreservedBW) or
+            ``kueue-tas`` (Kueue's best fit) — :mod:`planner.gang`.
     """
 
     model_config = SettingsConfigDict(
@@ -103,6 +109,18 @@ class PlannerSettings(FileBackedSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535)
     metrics_host: str = "0.0.0.0"
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+    hierarchy: dict[str, Any] | None = None
+    gang_chooser: Literal["gputopo", "kueue-tas"] = "gputopo"
+
+    @field_validator("hierarchy")
+    @classmethod
+    def _levels(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None:
+            try:
+                Hierarchy.parse(v)
+            except HierarchyError as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -111,6 +111,9 @@ ANN_PLANNED_NODE = PREFIX + "planned-node"  # pod (from the Job's template): the
 ANN_TOPOLOGY_REQUIRED = PREFIX + "topology-required"
 ANN_TOPOLOGY_PREFERRED = PREFIX + "topology-preferred"
 ANN_PLANNED_NODES = PREFIX + "planned-nodes"
+#: Job: a gang's priority (an integer, default 0): a waiting gang may preempt running gangs
+#: of lower priority, whole.
+ANN_PRIORITY = PREFIX + "priority"
 #: The Job controller's annotation (and label) of an Indexed Job's pod: its completion index.
 ANN_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 

@@ -1,0 +1,209 @@
+"""Gangs in the planner: Indexed Jobs admitted whole inside one domain, waiting without
+holding GPUs, preempted whole by a gang of higher priority; the single-pod plan leaves their
+GPUs alone."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from planner.controller import Planner
+from planner.gang import admission_patch, is_gang, parse_gang
+from planner.jobs import parse_time
+from planner.settings import PlannerSettings, SettingsError, load_settings
+from tests.planner.fake_api import FakeApi, apply_patch, node
+from topology.contract import (
+    ANN_COMPLETION_INDEX,
+    ANN_PLANNED_NODES,
+    ANN_PRIORITY,
+    ANN_TOPOLOGY_REQUIRED,
+    LABEL_BLOCK,
+    LABEL_QUEUE,
+    LABEL_RACK,
+    parse_planned_nodes,
+)
+
+T0 = parse_time("2026-01-01T00:00:00Z")
+
+
+def rack_node(name: str, rack: str, block: str = "b0") -> dict[str, Any]:
+    n = node(name, "dgx1-v100")
+    n["metadata"]["labels"].update({LABEL_BLOCK: block, LABEL_RACK: rack,
+                                    "gputopo.io/nic-count": "4", "gputopo.io/nic-gbits": "100"})
+    return n
+
+
+def gang(name: str, pods: int, gpus: int, *, priority: int = 0, created: str =
+         "2026-01-01T00:00:00Z", extra: dict[str, str] | None = None) -> dict[str, Any]:
+    ann = {ANN_PRIORITY: str(priority), **(extra or {})}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}",
+                     "resourceVersion": "1", "labels": {LABEL_QUEUE: "default"},
+                     "annotations": ann, "creationTimestamp": created},
+        "spec": {"suspend": True, "completionMode": "Indexed", "parallelism": pods,
+                 "completions": pods, "template": {
+                     "metadata": {"labels": {"app": name}},
+                     "spec": {"schedulerName": "gputopo-scheduler", "restartPolicy": "Never",
+                              "containers": [{"name": "train", "image": "x", "resources": {
+                                  "limits": {"nvidia.com/gpu": str(gpus)}}}]}}},
+        "status": {},
+    }
+
+
+def cluster() -> FakeApi:
+    """Two racks of three DGX-1 V100 (labelled NICs: four 100 Gb/s)."""
+    return FakeApi([rack_node(f"r{r}-n{i}", f"r{r}") for r in range(2) for i in range(3)])
+
+
+def planner(api: FakeApi, **kw: object) -> Planner:
+    settings = PlannerSettings(leader_elect=False, metrics_port=0, max_iterations=50,
+                               debounce_s=0, restart_s=0, **kw)  # type: ignore[arg-type]
+    return Planner(api, settings, clock=lambda: T0)
+
+
+def start_pods(api: FakeApi, name: str) -> None:
+    """The Job controller and kube-scheduler for an admitted gang: one Running pod per
+    completion index on its planned node."""
+    j = api.jobs[name]
+    tmeta = j["spec"]["template"]["metadata"]
+    planned = parse_planned_nodes(tmeta["annotations"][ANN_PLANNED_NODES])
+    for i, n in planned.items():
+        uid = f"pod-{name}-{i}"
+        api.pods[uid] = {
+            "metadata": {"name": f"{name}-{i}", "namespace": "ml", "uid": uid,
+                         "labels": {"batch.kubernetes.io/controller-uid": j["metadata"]["uid"],
+                                    **tmeta.get("labels", {})},
+                         "annotations": {**tmeta["annotations"], ANN_COMPLETION_INDEX: str(i)}},
+            "spec": {"nodeName": n, "containers": copy.deepcopy(
+                j["spec"]["template"]["spec"]["containers"])},
+            "status": {"phase": "Running", "startTime": "2026-01-01T00:00:01Z"}}
+    j["status"] = {"active": len(planned), "startTime": "2026-01-01T00:00:01Z"}
+
+
+def nodes_of(api: FakeApi, name: str) -> list[str]:
+    ann = api.jobs[name]["spec"]["template"]["metadata"]["annotations"]
+    return list(parse_planned_nodes(ann[ANN_PLANNED_NODES]).values())
+
+
+def test_a_gang_is_admitted_whole_inside_one_rack() -> None:
+    api = cluster()
+    api.add_job(gang("g", 3, 8))
+    r = planner(api).reconcile("job-added")
+    assert r.resumed == ["ml/g"]
+    j = api.jobs["g"]
+    assert j["spec"]["suspend"] is False
+    nodes = nodes_of(api, "g")
+    assert len(nodes) == 3 and len({n.split("-")[0] for n in nodes}) == 1  # one rack
+    terms = j["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                            "values": sorted(nodes)}]}]
+    assert j["spec"]["template"]["metadata"]["labels"][LABEL_QUEUE] == "default"
+    assert api.plan_annotation("g")["state"] == "running"
+    assert ("g", "Admitted") in [(e[0], e[1]) for e in api.events]
+
+
+def test_a_gang_that_does_not_fit_waits_and_holds_nothing() -> None:
+    """Two 3-node gangs fill both racks; a third waits suspended — no pod, no GPU — and is
+    admitted once a rack is free again."""
+    api = cluster()
+    for name in ("a", "b", "c"):
+        api.add_job(gang(name, 3, 8, created=f"2026-01-01T00:00:0{ord(name) - 96}Z"))
+    p = planner(api)
+    r = p.reconcile("job-added")
+    assert sorted(r.resumed) == ["ml/a", "ml/b"]
+    assert api.jobs["c"]["spec"]["suspend"] is True
+    assert api.plan_annotation("c")["state"] == "waiting"
+    assert "no topology.gputopo.io/rack domain has room" in api.plan_annotation("c")["reason"]
+    start_pods(api, "a")
+    start_pods(api, "b")
+    assert p.reconcile("periodic").resumed == []  # the pods of a and b hold both racks
+    for pod in [p for p in api.pods.values() if p["metadata"]["name"].startswith("a-")]:
+        pod["status"]["phase"] = "Succeeded"
+    api.jobs["a"]["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+    r = p.reconcile("job-finished")
+    assert r.resumed == ["ml/c"] and set(nodes_of(api, "c")) == set(nodes_of(api, "a"))
+
+
+def test_admitted_but_unbound_pods_hold_their_gpus() -> None:
+    """Right after admission no pod is bound yet: the next point must not give the same GPUs
+    away (to another gang, or to the single-pod plan)."""
+    api = cluster()
+    api.add_job(gang("a", 3, 8))
+    p = planner(api)
+    p.reconcile("job-added")
+    api.add_job(gang("b", 4, 8))  # 4 nodes: fits no rack while a's three are promised
+    r = p.reconcile("job-added")
+    assert r.resumed == [] and api.jobs["b"]["spec"]["suspend"] is True
+
+
+def test_a_higher_priority_gang_preempts_a_running_one_whole() -> None:
+    api = cluster()
+    api.add_job(gang("low", 3, 8, priority=0))
+    api.add_job(gang("low2", 3, 8, priority=0, created="2026-01-01T00:00:05Z"))
+    p = planner(api)
+    p.reconcile("job-added")
+    start_pods(api, "low")
+    start_pods(api, "low2")
+    api.add_job(gang("high", 3, 8, priority=10, created="2026-01-01T00:01:00Z"))
+    r = p.reconcile("job-added")
+    # the youngest gang of the lowest priority goes, all of it at once
+    assert r.suspended == ["ml/low2"] and api.jobs["low2"]["spec"]["suspend"] is True
+    assert api.jobs["low"]["spec"]["suspend"] is False
+    assert api.jobs["high"]["spec"]["suspend"] is True  # admitted once low2's pods are gone
+    assert ("low2", "Preempted") in [(e[0], e[1]) for e in api.events]
+    assert api.plan_annotation("low2")["state"] == "preempted"
+    # while low2's pods are still going, nothing more is preempted
+    api.jobs["low2"]["status"] = {"active": 3, "startTime": "x"}
+    assert p.reconcile("periodic").suspended == []
+    api.stop_pods("low2", "x")
+    r = p.reconcile("job-stopped")
+    assert r.resumed == ["ml/high"] and set(nodes_of(api, "high")) == set(nodes_of(api, "low2"))
+
+
+def test_required_level_and_invalid_gangs() -> None:
+    api = cluster()
+    api.add_job(gang("wide", 4, 8, extra={ANN_TOPOLOGY_REQUIRED: LABEL_RACK}))
+    bad = gang("bad", 2, 8)
+    bad["spec"]["completions"] = 3
+    api.add_job(bad)
+    p = planner(api)
+    r = p.reconcile("job-added")
+    assert r.resumed == []  # four nodes never fit a rack of three
+    assert "no topology.gputopo.io/rack domain has room" in api.plan_annotation("wide")["reason"]
+    assert [e for e in api.events if e[0] == "bad"][0][1:] == (
+        "InvalidGang", "a gang needs parallelism = completions (got 2 and 3): every pod runs at"
+        " once", "Warning")
+    p.reconcile("periodic")
+    assert len([e for e in api.events if e[0] == "bad"]) == 1  # reported once
+
+
+def test_parsing_and_the_admission_patch() -> None:
+    obj = gang("g", 2, 4, extra={"gputopo.io/pattern": "ring"})
+    obj["spec"]["template"]["spec"]["affinity"] = {"nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]},
+                                  {"key": "kubernetes.io/hostname", "operator": "In",
+                                   "values": ["old"]}]}]}}}
+    assert is_gang(obj) and not is_gang({"spec": {"parallelism": 3}})
+    g = parse_gang(obj)
+    assert (g.pods, g.gpus, g.pattern, g.error) == (2, 4, "ring", "")
+    out = apply_patch(obj, admission_patch(obj, ["n1", "n2"]))
+    term = out["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    assert term["matchExpressions"] == [
+        {"key": "zone", "operator": "In", "values": ["z1"]},
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1", "n2"]}]
+    assert out["spec"]["template"]["metadata"]["annotations"][ANN_PLANNED_NODES] == "0=n1,1=n2"
+    assert out["spec"]["suspend"] is False
+
+
+def test_settings_take_a_hierarchy_and_a_chooser(tmp_path: Any) -> None:
+    s = load_settings({"hierarchy": {"levels": [{"label": "zone"}]},
+                       "gang_chooser": "kueue-tas", "leader_elect": False})
+    assert s.hierarchy == {"levels": [{"label": "zone"}]} and s.gang_chooser == "kueue-tas"
+    with pytest.raises(SettingsError, match="hierarchy"):
+        load_settings({"hierarchy": {"levels": [{"label": "a"}, {"label": "a"}]}})
