@@ -41,6 +41,7 @@ from gpunode.publish import (
 )
 from gpunode.signals import run_until_signalled
 from topology.contract import RESOURCE_VGPU_MEMORY
+from topology.discovery.nics import node_network
 from topology.model import Topology, TopologyError
 from topology.numa_alignment import KubeletConfig, KubeletConfigError
 from topology.sources import describe_memory, unknown_memory
@@ -197,11 +198,12 @@ class DevicePlugin:
             interval_s=s.watch_interval_s,
             on_registered=lambda r: self.metrics.registrations.labels(r).inc(),
         )
+        self.network = node_network(self.topology, s.fake_topology)
         self.publish_loop = PublishLoop(
             self.publisher,
             s.node_name,
             lambda: node_metadata(self.topology, self.health.unhealthy(), s.vgpu_memory_unit_mib,
-                                  s.shared_slots, kubelet=self.kubelet),
+                                  s.shared_slots, kubelet=self.kubelet, network=self.network),
             s.publish_interval_s,
             on_error=self.metrics.annotation_errors.inc,
         )

@@ -11,6 +11,8 @@ annotation ``gputopo.io/unhealthy-gpus``   comma-separated indices of GPUs with 
 annotation ``gputopo.io/vgpu-memory-unit-mib``  MiB per ``gputopo.io/vgpu-memory`` device
 annotation ``gputopo.io/gpu-shared-slots``  co-location slots per GPU
                                         (``gputopo.io/gpu-shared`` devices per GPU)
+annotation ``gputopo.io/network``          the node's compute NICs and each GPU's path to
+                                           them (:func:`topology.network.dumps`), when known
 label ``gputopo.io/gpu-model``             the GPU model, sanitised to a label value
                                            (``Tesla V100-SXM2-16GB`` → ``Tesla-V100-SXM2-16GB``;
                                            ``mixed`` when the GPUs differ)
@@ -39,6 +41,7 @@ from typing import Any, Protocol
 
 from topology.contract import (
     ANN_GPU_SHARED_SLOTS,
+    ANN_NETWORK,
     ANN_TOPOLOGY,
     ANN_UNHEALTHY_GPUS,
     ANN_VGPU_MEMORY_UNIT,
@@ -46,6 +49,8 @@ from topology.contract import (
     LABEL_TOPOLOGY_CLASS,
 )
 from topology.model import Topology
+from topology.network import NodeNetwork
+from topology.network import dumps as dumps_network
 from topology.numa_alignment import KubeletConfig, kubelet_config_labels
 from topology.serialization import dumps
 
@@ -86,19 +91,21 @@ def gpu_model_label(topology: Topology) -> str:
 
 def node_metadata(
     topology: Topology, unhealthy: frozenset[str], unit_mib: int, shared_slots: int = 3, *,
-    kubelet: KubeletConfig | None = None,
+    kubelet: KubeletConfig | None = None, network: NodeNetwork | None = None,
 ) -> NodeMetadata:
     """The annotations and labels for ``topology`` with ``unhealthy`` GPU UUIDs
     (``shared_slots``: co-location slots per GPU, published as
-    ``gputopo.io/gpu-shared-slots``), and the kubelet's NUMA-alignment settings (None: the
-    kubelet's defaults)."""
+    ``gputopo.io/gpu-shared-slots``), the kubelet's NUMA-alignment settings (None: the
+    kubelet's defaults) and the node's NICs (``gputopo.io/network``; None: not published)."""
     bad = sorted(g.index for g in topology.gpus if g.uuid in unhealthy)
+    extra = {ANN_NETWORK: dumps_network(network)} if network is not None else {}
     return NodeMetadata(
         annotations={
             ANN_TOPOLOGY: dumps(topology),
             ANN_UNHEALTHY_GPUS: ",".join(str(i) for i in bad),
             ANN_VGPU_MEMORY_UNIT: str(unit_mib),
             ANN_GPU_SHARED_SLOTS: str(shared_slots),
+            **extra,
         },
         labels={
             LABEL_GPU_MODEL: gpu_model_label(topology),

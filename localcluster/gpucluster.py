@@ -71,6 +71,7 @@ from topology.contract import (
     node_state_of,
     parse_assignment,
 )
+from topology.discovery.nics import node_network
 from topology.model import Topology, format_cpu_list
 from topology.numa_alignment import KubeletConfig
 from topology.policies.base import FULL_CORE, NodeState
@@ -128,6 +129,7 @@ def add_gpu_node(
     taints: Sequence[Mapping[str, str]] = (),
     shared_slots: int = DEFAULT_SLOTS,
     kubelet: KubeletConfig | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Topology:
     """Create a kwok GPU node looking as if the device plugin ran on it.
 
@@ -141,6 +143,7 @@ def add_gpu_node(
             and counted in the ``gputopo.io/gpu-shared`` capacity).
         kubelet: the kubelet NUMA-alignment settings its plugin publishes (None: the
             kubelet's defaults).
+        labels: more node labels (e.g. its block and rack: ``topology.gputopo.io/rack``).
 
     Returns:
         The node's topology (its annotation is ``topology.serialization.dumps`` of it).
@@ -150,11 +153,14 @@ def add_gpu_node(
         kubernetes.client.exceptions.ApiException: the API server refused.
     """
     topo = resolve_machine(machine)
-    meta = node_metadata(topo, frozenset(), unit_mib, shared_slots, kubelet=kubelet)
+    network = node_network(topo, machine if isinstance(machine, str) else None)
+    meta = node_metadata(topo, frozenset(), unit_mib, shared_slots, kubelet=kubelet,
+                         network=network)
     cpus = {c for g in topo.gpus for c in g.cpu_affinity}
     capacity = {"cpu": str(max(len(cpus), 8)), "memory": "1Ti",
                 **gpu_capacity(topo, unit_mib, shared_slots)}
-    cp.add_kwok_node(name, capacity, annotations=meta.annotations, labels=meta.labels)
+    cp.add_kwok_node(name, capacity, annotations=meta.annotations,
+                     labels={**meta.labels, **(labels or {})})
     if taints:
         cp.core_v1().patch_node(name, {"spec": {"taints": [dict(t) for t in taints]}})
     return topo
@@ -597,10 +603,12 @@ class GpuCluster:
         unit_mib: int = KWOK_VGPU_MEMORY_UNIT_MIB,
         kwok_stages: Path | None = None,
         kubelet: Mapping[str, KubeletConfig] | None = None,
+        labels: Mapping[str, Mapping[str, str]] | None = None,
     ) -> None:
         """Start kwok (with ``kwok_stages``, else its default stages), create the namespace
         and GPU nodes (``kubelet``: node name → the kubelet NUMA-alignment settings it
-        publishes), then the extender and the scheduler (each optional).
+        publishes; ``labels``: node name → more labels), then the extender and the scheduler
+        (each optional).
 
         Raises:
             ControlPlaneError: a process did not start.
@@ -610,7 +618,8 @@ class GpuCluster:
         self.cp.create_default_serviceaccount(self.namespace)
         for name, machine in nodes:
             self.nodes[name] = add_gpu_node(self.cp, name, machine, unit_mib=unit_mib,
-                                            kubelet=(kubelet or {}).get(name))
+                                            kubelet=(kubelet or {}).get(name),
+                                            labels=(labels or {}).get(name))
         if extender:
             self.extender.start()
         if scheduler:
