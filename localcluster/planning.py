@@ -13,7 +13,8 @@ Pieces (used by ``tests/e2e/test_planner.py``):
   ``gputopo.io/epochs-done`` advances as epochs finish; a pod deleted by a suspension keeps
   the epochs it finished (the snapshot);
 * :func:`job_manifest`: a suspended, opted-in batch/v1 Job for a
-  :class:`simulator.planning_workloads.PlanningJob`, times divided by a scale factor.
+  :class:`simulator.planning_workloads.PlanningJob`, times divided by a scale factor;
+* :func:`gang_manifest`: a suspended, opted-in gang (an Indexed Job of several pods).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from topology.contract import (
     ANN_EPOCHS,
     ANN_EPOCHS_DONE,
     ANN_JOB_PROFILE,
+    ANN_PRIORITY,
     ANN_TARDINESS_WEIGHT,
     LABEL_QUEUE,
     RESOURCE_GPU,
@@ -184,6 +186,32 @@ def job_manifest(name: str, *, due_s: float, weight: float, epochs: int, profile
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
                                     "resources": {"limits": {RESOURCE_GPU: "1"}}}],
+                },
+            },
+        },
+    }
+
+
+def gang_manifest(name: str, *, pods: int, gpus: int, priority: int = 0,
+                  annotations: Mapping[str, str] | None = None, queue: str = "default",
+                  namespace: str = "default") -> dict[str, Any]:
+    """A suspended, opted-in gang: an Indexed Job of ``pods`` pods (parallelism = completions)
+    asking for ``gpus`` GPUs each, ``gputopo.io/priority`` = ``priority``, scheduled by
+    gputopo's scheduler; its pods run until deleted (no ``kwok.gputopo.io/run-duration``)."""
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {LABEL_QUEUE: queue},
+                     "annotations": {ANN_PRIORITY: str(priority), **(annotations or {})}},
+        "spec": {
+            "suspend": True, "backoffLimit": 0, "completionMode": "Indexed",
+            "completions": pods, "parallelism": pods,
+            "template": {
+                "metadata": {"labels": {"app": name}},
+                "spec": {
+                    "schedulerName": SCHEDULER_NAME, "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "train", "image": "registry.k8s.io/pause:3.10",
+                                    "resources": {"limits": {RESOURCE_GPU: str(gpus)}}}],
                 },
             },
         },
