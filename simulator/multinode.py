@@ -7,10 +7,11 @@ Policies (:data:`POLICIES`):
   its own as soon as some node has room (the node with the most free GPUs: LeastAllocated,
   ties to the lowest index), NVIDIA's device plugin picks its GPUs (``nvidia-best-effort``).
   A gang runs once its last pod is placed; until then its placed pods hold their GPUs — a
-  *partial hold*. When nothing runs and the pods waiting can only wait for GPUs that partial
-  gangs hold, the cluster is *deadlocked*: after :data:`DEADLOCK_TIMEOUT_S` (the placed pods'
-  rendezvous timing out) the simulator counts the deadlock and evicts the youngest partial
-  gang; its pods come back as new ones, behind the others.
+  *partial hold*. A gang whose pods are not all placed :data:`RENDEZVOUS_TIMEOUT_S` after its
+  first one fails (its placed pods' rendezvous times out) and its pods come back as new ones,
+  behind the others — a *timeout*. When nothing runs and the waiting pods can only wait for
+  GPUs that partial gangs hold, the cluster is *deadlocked* until a timeout breaks it; the
+  simulator counts such episodes.
 * ``gang`` — all-or-nothing without topology (the coscheduling plugin's PodGroup, Volcano's
   gang): a job's pods are placed as ``default`` would place them, but only if all of them fit
   at once; otherwise none is.
@@ -56,9 +57,9 @@ from topology.policies.memo import Memo
 from topology.sources import load_topology
 
 POLICIES = ("default", "gang", "kueue-tas", "gputopo")
-#: How long a deadlocked gang's placed pods wait for the rest before the job gives up and its
-#: pods are recreated: torchrun's rendezvous join timeout (``join_timeout``, 600 s).
-DEADLOCK_TIMEOUT_S = 600.0
+#: How long a gang's placed pods wait for the rest before the job gives up and its pods are
+#: recreated: torchrun's rendezvous join timeout (``join_timeout``, 600 s).
+RENDEZVOUS_TIMEOUT_S = 600.0
 #: GPU choice of the policies without gputopo (NVIDIA's device plugin).
 BEST_EFFORT = "nvidia-best-effort"
 
@@ -112,6 +113,7 @@ class MultiResult:
     policy: str
     records: list[MultiRecord]
     deadlocks: int = 0
+    timeouts: int = 0
     partial_gangs: int = 0
     wall_s: float = 0.0
     rack_capacity: dict[int, int] = field(default_factory=dict)
@@ -401,6 +403,9 @@ class MultiSimulation:
                 placed_any = True
                 if records[job.id].first_pod_s < 0:
                     records[job.id].first_pod_s = now
+                if len(mine) == 1 and job.pods > 1:  # the rendezvous starts waiting
+                    due[job.id] = now + RENDEZVOUS_TIMEOUT_S
+                    heapq.heappush(events, (due[job.id], 2, seq_next(), job.id))
                 if len(mine) == job.pods:
                     queue.remove(job)
                     del held[job.id]
@@ -408,10 +413,15 @@ class MultiSimulation:
 
         partial_ever: set[JobId] = set()
         submitted: dict[JobId, float] = {j.id: j.arrival_s for j in self.workload.jobs}
-        timeout_due: float | None = None
+        due: dict[JobId, float] = {}
+        timed_out: list[JobId] = []
+        deadlocked = False
 
-        def queue_pos(jid: JobId) -> int:
-            return next(k for k, j in enumerate(queue) if j.id == jid)
+        def seq_next() -> int:
+            nonlocal seq
+            seq += 1
+            return seq
+
         while events:
             now = events[0][0]
             dt = now - last_t
@@ -425,26 +435,32 @@ class MultiSimulation:
                 elif kind == 0:
                     records[jid].end_s = now
                     release(running.pop(jid))
+                elif jid in held and abs(due.get(jid, -1.0) - now) < 1e-6:
+                    timed_out.append(jid)  # its rendezvous gave up: the pods fail
             if self.policy == "default":
-                if timeout_due is not None and now >= timeout_due - 1e-9:
-                    timeout_due = None
-                    if not running and held:  # still deadlocked: the youngest gives way
-                        victim = max(held, key=lambda j: (submitted[j], queue_pos(j)))
-                        release(held.pop(victim))
-                        records[victim].evictions += 1
-                        submitted[victim] = now  # its pods come back as new ones: last
-                        queue.remove(records[victim].job)
-                        queue.append(records[victim].job)
-                        result.deadlocks += 1
+                # gangs whose rendezvous times out at this instant fail one at a time, the
+                # youngest first; one that the freed GPUs complete meanwhile is spared
+                order = {j.id: k for k, j in enumerate(queue)}
+                for jid in sorted(timed_out, key=lambda j: (submitted[j], order[j]),
+                                  reverse=True):
+                    if jid not in held:
+                        continue
+                    release(held.pop(jid))
+                    records[jid].evictions += 1
+                    result.timeouts += 1
+                    submitted[jid] = now  # its pods come back as new ones: behind the rest
+                    queue.remove(records[jid].job)
+                    queue.append(records[jid].job)
+                    pass_pods(now)
+                timed_out.clear()
                 pass_pods(now)
                 partial_ever.update(jid for jid, pods in held.items() if pods)
-                if queue and not running and held and timeout_due is None:
+                stuck = bool(queue and not running and held)
+                if stuck and not deadlocked:
                     # nothing runs, so nothing will free GPUs: the waiting pods wait for GPUs
-                    # that partial gangs hold — a deadlock, broken when the rendezvous of the
-                    # youngest partial gang times out
-                    timeout_due = now + DEADLOCK_TIMEOUT_S
-                    heapq.heappush(events, (timeout_due, 2, seq, ""))
-                    seq += 1
+                    # partial gangs hold — a deadlock, until a rendezvous times out
+                    result.deadlocks += 1
+                deadlocked = stuck
             else:
                 pass_jobs(now)
             if queue and not running and not any(e[1] == 1 for e in events) and \

@@ -15,7 +15,9 @@ Per policy (``summary.json``, exactly these keys):
   ``gang_bottleneck_gbps`` the same for gangs; ``bottleneck_to_ideal`` their ratio to the
   bottleneck gputopo reaches on the idle cluster;
 * ``partial`` — ``gangs`` that ever held GPUs while not all their pods were placed,
-  ``gpu_hours`` so held, ``deadlocks`` broken (``default`` only);
+  ``gpu_hours`` so held, ``timeouts`` (rendezvous that gave up: the gang's pods failed and came
+  back) and ``deadlocks`` (episodes when nothing ran and partial gangs held what the waiting
+  pods needed) — ``default`` only;
 * ``decision_ms`` {p50, p99} — wall time of the placement decisions of one job.
 
 ``summary.md`` holds the table, with makespan and mean completion time as ratios to
@@ -99,7 +101,7 @@ def summary(r: MultiResult, cluster: Cluster) -> dict[str, Any]:
         "bottleneck_to_ideal": _q(ratio),
         "partial": {"gangs": r.partial_gangs,
                     "gpu_hours": round(sum(x.partial_gpu_s for x in r.records) / 3600, 3),
-                    "deadlocks": r.deadlocks},
+                    "timeouts": r.timeouts, "deadlocks": r.deadlocks},
         "decision_ms": {"p50": round(float(np.percentile(dec, 50)), 3),
                         "p99": round(float(np.percentile(dec, 99)), 3)},
     }
@@ -123,7 +125,7 @@ def table(summaries: dict[str, dict[str, Any]]) -> str:
         "| policy | makespan, s | vs default | vs kueue-tas | mean completion, s | vs default "
         "| JCT median, s | rack-fitting gangs in one rack | in one NVLink domain "
         "| bottleneck GB/s min / p25 / median | gangs' bottleneck min / median "
-        "| partial holds: gangs, GPU-h, deadlocks |",
+        "| partial holds: gangs, GPU-h, timeouts, deadlocks |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p, s in summaries.items():
@@ -139,7 +141,8 @@ def table(summaries: dict[str, dict[str, Any]]) -> str:
             f"| {'–' if nv is None else f'{nv:.0%}'} of {g['nvlink_fitting']} "
             f"| {_cell(b['min'])} / {_cell(b['p25'])} / {_cell(b['median'])} "
             f"| {_cell(gb['min'])} / {_cell(gb['median'])} "
-            f"| {part['gangs']}, {part['gpu_hours']:.1f}, {part['deadlocks']} |")
+            f"| {part['gangs']}, {part['gpu_hours']:.1f}, {part['timeouts']}, "
+            f"{part['deadlocks']} |")
     return "\n".join(lines)
 
 

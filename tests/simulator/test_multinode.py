@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from gputopo_cli.main import app
 from simulator import SimulationError
-from simulator.multinode import DEADLOCK_TIMEOUT_S, MultiSimulation
+from simulator.multinode import RENDEZVOUS_TIMEOUT_S, MultiSimulation
 from simulator.multinode_report import simulate_multinode
 from simulator.multinode_workloads import (
     hierarchy_workload,
@@ -49,7 +49,7 @@ def test_small_run_meets_the_invariants(tmp_path: Path) -> None:
     s = summaries
     # all-or-nothing policies never hold GPUs for a gang that cannot start
     for p in ("gang", "kueue-tas", "gputopo"):
-        assert s[p]["partial"] == {"gangs": 0, "gpu_hours": 0.0, "deadlocks": 0}
+        assert s[p]["partial"] == {"gangs": 0, "gpu_hours": 0.0, "timeouts": 0, "deadlocks": 0}
     assert s["default"]["partial"]["gangs"] > 0
     # gputopo keeps every gang an idle rack would hold inside one rack
     assert s["gputopo"]["gangs"]["in_one_rack_share"] == 1.0
@@ -64,7 +64,8 @@ def test_small_run_meets_the_invariants(tmp_path: Path) -> None:
 
 def test_default_deadlocks_two_gangs_and_gputopo_does_not(tmp_path: Path) -> None:
     """Two 2-node gangs submitted together on two nodes: pod by pod, each gets one node and
-    waits for the other's — a deadlock, broken when the younger's rendezvous times out."""
+    waits for the other's — a deadlock; both rendezvous time out together, the younger gives
+    way first and the older completes with its GPUs."""
     spec = write(tmp_path, {
         "cluster": {"machine": "dgx1-v100", "blocks": 1, "racks": 1, "nodes": 2},
         "jobs": [{"id": "a", "pods": 2, "gpus": 8, "network": "vgg16"},
@@ -72,7 +73,8 @@ def test_default_deadlocks_two_gangs_and_gputopo_does_not(tmp_path: Path) -> Non
     results, s = simulate_multinode(spec, ["default", "gang", "gputopo"])
     default = {x.job.id: x for x in results[0].records}
     assert s["default"]["partial"]["deadlocks"] == 1 and s["default"]["partial"]["gangs"] == 2
-    assert default["a"].start_s == pytest.approx(DEADLOCK_TIMEOUT_S)
+    assert s["default"]["partial"]["timeouts"] == 1  # b gives way; a completes with its GPUs
+    assert default["a"].start_s == pytest.approx(RENDEZVOUS_TIMEOUT_S)
     assert default["b"].evictions == 1 and default["b"].start_s >= default["a"].end_s
     assert s["gang"]["makespan_s"] < s["default"]["makespan_s"]
     assert s["gputopo"]["partial"]["deadlocks"] == 0
