@@ -2,7 +2,10 @@
 in, plain data and JSON Patches out.
 
 A **gang** is a batch/v1 Job labelled ``gputopo.io/queue`` with ``completionMode: Indexed``
-and ``parallelism`` = ``completions`` ≥ 2, created with ``spec.suspend: true``. Its pods ask
+and ``parallelism`` = ``completions``, created with ``spec.suspend: true`` — usually several
+pods; a gang of one is admitted the same way (a cluster that sends every Job through the
+planner, as Kueue wants every workload through its queues, needs no race between the pods it
+admits and pods scheduled past it). Its pods ask
 for the same ``nvidia.com/gpu`` each. Optional, on the Job or its pod template:
 ``gputopo.io/topology-required`` or ``-preferred`` (a level label, as Kueue's
 ``kueue.x-k8s.io/podset-required-topology``/``-preferred-topology``), ``gputopo.io/pattern``
@@ -142,11 +145,10 @@ class ManagedGang:
 
 
 def is_gang(obj: Mapping[str, Any]) -> bool:
-    """An Indexed Job with more than one pod (planner-managed Jobs of one pod are ANDREAS's)."""
+    """An Indexed Job: a gang, of one pod or more (the planner's other Jobs, NonIndexed, are
+    ANDREAS')."""
     spec: Mapping[str, Any] = obj.get("spec") or {}
-    if spec.get("completionMode") != "Indexed":
-        return False
-    return max(int(spec.get("parallelism") or 1), int(spec.get("completions") or 1)) > 1
+    return spec.get("completionMode") == "Indexed"
 
 
 def _conditions(status: Mapping[str, Any]) -> set[str]:

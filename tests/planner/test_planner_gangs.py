@@ -189,6 +189,7 @@ def test_parsing_and_the_admission_patch() -> None:
                                   {"key": "kubernetes.io/hostname", "operator": "In",
                                    "values": ["old"]}]}]}}}
     assert is_gang(obj) and not is_gang({"spec": {"parallelism": 3}})
+    assert is_gang({"spec": {"completionMode": "Indexed", "completions": 1}})  # a gang of one
     g = parse_gang(obj)
     assert (g.pods, g.gpus, g.pattern, g.error) == (2, 4, "ring", "")
     out = apply_patch(obj, admission_patch(obj, ["n1", "n2"]))
