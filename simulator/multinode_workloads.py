@@ -23,7 +23,7 @@ networks and their communication shares are MAPA's (Fig. 5b;
 with probability 0.8; run times MAPA's 300-500 s (±25 %), × 3 for gangs (a multi-node training
 run is longer than one node's). Keys: ``jobs``, ``rate``, ``gangs``, ``machine``, ``blocks``,
 ``racks``, ``nodes``, ``cliques`` (``rack``: every rack one NVLink domain, e.g. GB200 NVL72
-trays with ``machine=gb200-tray,nodes=18``).
+trays with ``machine=gb200-tray,nodes=18``), ``max_pods`` (the largest gang, 16).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class MultiWorkload:
 def hierarchy_workload(jobs: int = 300, seed: int = 0, rate: float = 6.0, gangs: float = 0.4,
                        machine: str = DEFAULT_MACHINE, blocks: int = DEFAULT_SHAPE[0],
                        racks: int = DEFAULT_SHAPE[1], nodes: int = DEFAULT_SHAPE[2],
-                       cliques: str = "none") -> MultiWorkload:
+                       cliques: str = "none", max_pods: int = GANG_PODS[1]) -> MultiWorkload:
     """The ``hierarchy`` generator (module docstring).
 
     Raises:
@@ -167,6 +167,8 @@ def hierarchy_workload(jobs: int = 300, seed: int = 0, rate: float = 6.0, gangs:
         raise SimulationError("hierarchy: blocks, racks and nodes must be >= 1")
     if cliques not in CLIQUES:
         raise SimulationError(f"hierarchy: cliques must be {' or '.join(CLIQUES)}")
+    if max_pods < GANG_PODS[0]:
+        raise SimulationError(f"hierarchy: max_pods must be >= {GANG_PODS[0]}")
     try:
         per_node = load_topology(machine).size
     except TopologyError as exc:
@@ -178,7 +180,7 @@ def hierarchy_workload(jobs: int = 300, seed: int = 0, rate: float = 6.0, gangs:
     for i in range(jobs):
         t += rng.expovariate(rate / 60.0)
         if rng.random() < gangs:
-            pods = rng.randint(*GANG_PODS)
+            pods = rng.randint(GANG_PODS[0], max_pods)
             gpus = min(per_node, rng.choices([g for g, _ in GANG_GPUS],
                                              [w for _, w in GANG_GPUS])[0])
             pods = min(pods, size * (per_node // gpus))  # a small cluster: at most all of it
@@ -344,7 +346,8 @@ def load_multinode_workload(spec: str, *, seed: int = 0) -> MultiWorkload:
         jobs=take("jobs", 300, int), seed=seed, rate=take("rate", 6.0, float),
         gangs=take("gangs", 0.4, float), machine=params.pop("machine", DEFAULT_MACHINE),
         blocks=take("blocks", DEFAULT_SHAPE[0], int), racks=take("racks", DEFAULT_SHAPE[1], int),
-        nodes=take("nodes", DEFAULT_SHAPE[2], int), cliques=params.pop("cliques", "none"))
+        nodes=take("nodes", DEFAULT_SHAPE[2], int), cliques=params.pop("cliques", "none"),
+        max_pods=take("max_pods", GANG_PODS[1], int))
     if params:
         raise SimulationError(f"unknown parameter(s) for hierarchy: {', '.join(sorted(params))}")
     return w
