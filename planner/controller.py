@@ -338,8 +338,9 @@ class Planner:
         plan_nodes = []
         for n in gpu_nodes.values():
             free = n.gpus - held.get(n.name, 0)
-            if free > 0:
-                plan_nodes.append(PlanNode(n.name, n.gpu_model, free, self._node_power[n.name]))
+            if free > 0:  # the node's GPUs others hold (gangs) share its idle power
+                plan_nodes.append(PlanNode(n.name, n.gpu_model, free, self._node_power[n.name],
+                                           total_gpus=n.gpus))
         names = {n.name for n in plan_nodes}
         plan_jobs: list[PlanJob] = []
         for j in plannable:

@@ -148,12 +148,23 @@ class PlanNode:
             the same model (§IV-A: "each node is characterized by a set G_n of identical GPUs").
         gpus: G_n, GPUs the planner may hand out (≥ 1).
         power: the node's :class:`PowerProfile` (gives c_ng).
+        total_gpus: the node's GPUs when others hold some of them — the pods of gangs the
+            planner admitted across nodes (:mod:`planner.gang`) — so that ``gpus`` is fewer;
+            0 = ``gpus``. With :attr:`PlannerSettings.shared_idle` the node's idle power is
+            shared by all of them: a gang's nodes are counted, and a job planned beside a gang
+            pays its share of a node the gang keeps powered, not the whole idle power.
     """
 
     name: str
     gpu_model: str
     gpus: int
     power: PowerProfile
+    total_gpus: int = 0
+
+    @property
+    def size(self) -> int:
+        """The node's GPUs: :attr:`total_gpus`, else :attr:`gpus`."""
+        return max(self.total_gpus, self.gpus)
 
     @property
     def model_key(self) -> str:
@@ -422,7 +433,7 @@ def cost_eur_per_h(node: PlanNode, gpus: int, settings: PlannerSettings | None =
     share of the node fully busy."""
     s = settings or PlannerSettings()
     if s.shared_idle:
-        return gpus * node_cost_eur_per_h(node.power, node.gpus, s.price) / node.gpus
+        return gpus * node_cost_eur_per_h(node.power, node.size, s.price) / node.size
     return node_cost_eur_per_h(node.power, gpus, s.price)
 
 
@@ -525,7 +536,7 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             node = by_name[name]
             if 0 < busy < node.gpus:
                 idle = node_cost_eur_per_h(node.power, 0, s.price) / 3600.0
-                energy += idle * s.vacancy_s / node.gpus * (node.gpus - busy)
+                energy += idle * s.vacancy_s / node.size * (node.gpus - busy)
     return Objective(tard, worst, energy, moves)
 
 
@@ -574,6 +585,8 @@ def _validate(nodes: Sequence[PlanNode], jobs: Sequence[PlanJob]) -> dict[str, i
             raise PlanningError(f"node {n.name!r} given twice")
         if n.gpus < 1:
             raise PlanningError(f"node {n.name}: needs at least one GPU")
+        if n.total_gpus and n.total_gpus < n.gpus:
+            raise PlanningError(f"node {n.name}: total_gpus {n.total_gpus} < gpus {n.gpus}")
         index[n.name] = i
     seen: set[str] = set()
     used: dict[str, int] = {}
@@ -614,19 +627,21 @@ class _Classes:
 
     def __init__(self, nodes: Sequence[PlanNode], price: EnergyPrice,
                  shared_idle: bool = False) -> None:
-        keys: dict[tuple[str, int, PowerProfile], int] = {}
+        keys: dict[tuple[str, int, PowerProfile, int], int] = {}
         self.members: list[list[int]] = []
         self.of: list[int] = []
         for i, n in enumerate(nodes):
-            c = keys.setdefault((n.model_key, n.gpus, n.power), len(keys))
+            c = keys.setdefault((n.model_key, n.gpus, n.power, n.size), len(keys))
             if c == len(self.members):
                 self.members.append([])
             self.members[c].append(i)
             self.of.append(c)
-        self.info: list[tuple[str, int, PowerProfile]] = list(keys)
-        if shared_idle:
-            self.cost_per_s = [[g * node_cost_eur_per_h(p, gmax, price) / gmax / 3600.0
-                                for g in range(gmax + 1)] for _, gmax, p in self.info]
+        self.info: list[tuple[str, int, PowerProfile]] = [(m, g, p) for m, g, p, _ in keys]
+        sizes = [size for *_, size in keys]
+        if shared_idle:  # g GPUs' share of the whole node (its GPUs others hold included)
+            self.cost_per_s = [[g * node_cost_eur_per_h(p, size, price) / size / 3600.0
+                                for g in range(gmax + 1)]
+                               for (_, gmax, p), size in zip(self.info, sizes, strict=True)]
         else:
             self.cost_per_s = [[node_cost_eur_per_h(p, g, price) / 3600.0
                                 for g in range(gmax + 1)] for _, gmax, p in self.info]
