@@ -86,6 +86,8 @@ class ManagedGang:
         priority: ``gputopo.io/priority``.
         suspended, active, started, finished: as :class:`planner.jobs.ManagedJob`.
         planned: completion index → node, from the template (empty until admitted).
+        completed: indices whose pod has succeeded (``status.completedIndexes``): they hold
+            nothing any more.
         created_s: creation time, Unix seconds.
         error: why it cannot be admitted ("" when it can).
     """
@@ -106,6 +108,7 @@ class ManagedGang:
     started: bool = False
     finished: bool = False
     planned: Mapping[int, str] = field(default_factory=dict)
+    completed: frozenset[int] = frozenset()
     created_s: float = 0.0
     error: str = ""
 
@@ -174,6 +177,7 @@ def parse_gang(obj: Mapping[str, Any]) -> ManagedGang:
         started=status.get("startTime") is not None,
         finished="Complete" in conds or "Failed" in conds,
         created_s=_time_or_none(str(meta.get("creationTimestamp", ""))) or 0.0,
+        completed=_indexes(str(status.get("completedIndexes") or "")),
     )
     try:
         parallelism = int(spec.get("parallelism") or 1)
@@ -201,6 +205,18 @@ def parse_gang(obj: Mapping[str, Any]) -> ManagedGang:
         return gang
     except (ValueError, RequestError) as exc:
         return ManagedGang(error=str(exc), **base)  # type: ignore[arg-type]
+
+
+def _indexes(text: str) -> frozenset[int]:
+    """The Job controller's index list (``1,3-5``); malformed parts are ignored."""
+    out: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        try:
+            out.update(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            continue
+    return frozenset(out)
 
 
 # ------------------------------------------------------------------------------ node states
@@ -302,7 +318,7 @@ def promised_gpus(gangs: Iterable[ManagedGang], pods: Sequence[Mapping[str, Any]
         if not g.running:
             continue
         for i, node in g.planned.items():
-            if i not in bound.get(g.uid, set()):
+            if i not in bound.get(g.uid, set()) and i not in g.completed:
                 out[node] = out.get(node, 0) + g.gpus
     for uid, node, gpus in singles:
         if uid not in bound_jobs:
@@ -339,7 +355,7 @@ def _free(nodes: list[GangNode], index: Mapping[str, int], gang: ManagedGang,
     bound = {(_meta(p).get("annotations") or {}).get(ANN_COMPLETION_INDEX) for p in pods
              if job_of(p) == gang.uid and (p.get("spec") or {}).get("nodeName")}
     for k, node in gang.planned.items():
-        if str(k) in bound or node not in index:
+        if str(k) in bound or k in gang.completed or node not in index:
             continue
         i = index[node]
         n = nodes[i]

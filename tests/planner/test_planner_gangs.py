@@ -140,6 +140,25 @@ def test_admitted_but_unbound_pods_hold_their_gpus() -> None:
     assert r.resumed == [] and api.jobs["b"]["spec"]["suspend"] is True
 
 
+def test_finished_pods_of_a_running_gang_hold_nothing() -> None:
+    """Pods that succeeded leave the pod list; the Job's completedIndexes says they are done,
+    so their GPUs are not promised again."""
+    api = cluster()
+    api.add_job(gang("a", 3, 8))
+    api.add_job(gang("c", 3, 8, created="2026-01-01T00:00:01Z"))
+    p = planner(api)
+    p.reconcile("job-added")
+    start_pods(api, "a")
+    start_pods(api, "c")
+    for i in (0, 1):  # two of a's three pods succeeded and are no longer listed
+        del api.pods[f"pod-a-{i}"]
+    api.jobs["a"]["status"] = {"active": 1, "completedIndexes": "0-1", "startTime": "x"}
+    api.add_job(gang("b", 2, 8, created="2026-01-01T00:00:09Z"))
+    r = p.reconcile("job-added")
+    assert r.resumed == ["ml/b"]  # on the two nodes a's finished pods left
+    assert set(nodes_of(api, "b")) == set(nodes_of(api, "a")[:2])
+
+
 def test_a_higher_priority_gang_preempts_a_running_one_whole() -> None:
     api = cluster()
     api.add_job(gang("low", 3, 8, priority=0))
