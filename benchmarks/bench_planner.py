@@ -174,7 +174,7 @@ def costs(sizes: dict[int, list[int]], iterations: int, workers: int,
                         continue
                     tasks.append((f"andreas-s{case}", n, seed, p, "", iterations, None))
                     keys.append((case, n, 1.0, seed))
-    for case, n, load in SWEEP if keep_outputs else []:
+    for case, n, load in SWEEP if keep_outputs and 10 in sizes else []:
         for seed in (1, 2, 3):
             for p in ("edf", "edf-fastest", "andreas"):
                 tasks.append((f"andreas-s{case}:load={load}", n, seed, p, "", iterations, None))
@@ -214,6 +214,19 @@ def _write_outputs(case: int, n: int, seed: int, iterations: int) -> None:
                       settings=PlannerSettings(max_iterations=iterations, seed=seed))
     for f in dest.glob("*.csv"):  # per-job rows: large, and replayed from workload.json
         f.unlink()
+
+
+def _merge_costs(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """``new``'s rows, and those of ``old`` for (scenario, N, load) it did not run."""
+    if not old:
+        return new
+    out: dict[str, Any] = {}
+    for part in ("scenarios", "sweep"):
+        ran = {(e["case"], e["nodes"], e["load"]) for e in new.get(part, [])}
+        rows = [e for e in old.get(part, []) if (e["case"], e["nodes"], e["load"]) not in ran]
+        out[part] = sorted(rows + new.get(part, []),
+                           key=lambda e: (e["case"], e["nodes"], e["load"]))
+    return out
 
 
 def ablation(iterations: int, workers: int, sizes: Sequence[int]) -> dict[str, Any]:
@@ -533,7 +546,9 @@ def main() -> None:
                     "ablation, costs")
     ap.add_argument("--ablation-sizes", default="10", help="N of the ablation (10)")
     ap.add_argument("--sizes", default="10,50,100,200",
-                    help="N of the costs part (10,50,100,200), three seeds each")
+                    help="N of the costs part (10,50,100,200); its rows replace the same "
+                    "rows of an earlier run, the others are kept")
+    ap.add_argument("--seeds", default="1,2,3", help="seeds of the costs part (1,2,3)")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
     unknown = set(parts) - {"costs", "ablation", "timing", "armida"}
@@ -564,10 +579,11 @@ def main() -> None:
                                                for s in (1, 2, 3))
                 for c in (1, 2) for n in sizes}
         elif part == "costs":
-            sizes_c = QUICK if args.quick else {int(x): SIZES.get(int(x), [1, 2, 3])
-                                                for x in args.sizes.split(",")}
-            doc["costs"] = costs(sizes_c, iterations, args.workers,
-                                 keep_outputs=not args.quick)
+            seeds = [int(x) for x in args.seeds.split(",")]
+            sizes_c = QUICK if args.quick else {int(x): seeds for x in args.sizes.split(",")}
+            new = costs(sizes_c, iterations, args.workers,
+                        keep_outputs=not args.quick and 10 in sizes_c)
+            doc["costs"] = _merge_costs(doc.get("costs"), new)
         walls[part] = time.perf_counter() - t
         if not args.quick:  # after each part: an interrupted run keeps what it finished
             path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
