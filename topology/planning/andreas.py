@@ -78,6 +78,12 @@ Choices the paper leaves open, and ours:
   g · c_{nG_n} / G_n, the job's share of a fully busy node: on 2-GPU T4 nodes the paper's
   c_ng makes two GPUs look cheaper than one for jobs that run 1.4× faster on two, while they
   cost half again as much energy on a node shared with another job.
+* **Energy over every job** (:attr:`PlannerSettings.energy_term` = ``"all"``). Eq. 1's
+  energy term counts each node's first-ending job only, so which configuration the other
+  jobs get does not matter to it. The default counts every job's π — a waiting job at its
+  cheapest configuration's, so that waiting earns nothing — plus, for each GPU a used node
+  leaves free, its share of the idle power for :attr:`PlannerSettings.vacancy_s` (the power
+  nobody's share pays; it keeps jobs packed).
 * **Early stopping** (:attr:`PlannerSettings.patience`): the randomised iterations stop once
   that many in a row found no better schedule. Most points' best schedule is the greedy or
   the incumbent; this is where most of the time went.
