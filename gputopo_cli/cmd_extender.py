@@ -36,6 +36,8 @@ def register(app: typer.Typer) -> None:
         profile_catalog: Annotated[str | None, typer.Option("--profile-catalog", help="shipped profile catalog (v100-cifar10-w10, v100-cifar10-w2) or a catalog file")] = None,
         user_profiles: Annotated[Path | None, typer.Option("--user-profiles", help="your own profile catalog file (e.g. a mounted ConfigMap), before the shipped one; re-read on change")] = None,
         measured_profiles: Annotated[Path | None, typer.Option("--measured-profiles", help="profiles measured with dcgm-exporter (the profile recorder's file), after the catalogs; re-read on change")] = None,
+        scheduler_name: Annotated[str | None, typer.Option("--scheduler-name", help="the kube-scheduler profile served (pods' spec.schedulerName): its pending GPU pods are the waiting jobs the default policy weighs (default gputopo-scheduler)")] = None,
+        lookahead_pods: Annotated[int | None, typer.Option("--lookahead-pods", help="pending pods the default policy weighs per decision, 0-8 (default 8; 0 = none)")] = None,
         config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_EXTENDER_* env > file > defaults)")] = None,
     ) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""
@@ -61,6 +63,7 @@ def register(app: typer.Typer) -> None:
                     "colocation_threshold": colocation_threshold,
                     "profile_catalog": profile_catalog, "user_profiles": user_profiles,
                     "measured_profiles": measured_profiles,
+                    "scheduler_name": scheduler_name, "lookahead_pods": lookahead_pods,
                 },
                 config,
             )  # fmt: skip
@@ -73,10 +76,12 @@ def register(app: typer.Typer) -> None:
         backend: ClusterState
         if settings.state == "memory":
             backend = MemoryState.from_spec(settings.nodes)
+            backend.pending.scheduler_name = settings.scheduler_name
         else:
             try:
                 kube = KubernetesState(kubeconfig=settings.kubeconfig,
-                                       bind_connections=settings.bind_concurrency)
+                                       bind_connections=settings.bind_concurrency,
+                                       scheduler_name=settings.scheduler_name)
             except ApiError as exc:
                 fail(str(exc))
             kube.start_background()

@@ -130,7 +130,7 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
         workers=settings.eval_workers, memory_unit_mib=settings.vgpu_memory_unit_mib,
         profiles=ProfileLayers(settings.profile_catalog, settings.user_profiles,
                                settings.measured_profiles, settings.colocation_threshold),
-        colocation_policy=settings.colocation_policy,
+        colocation_policy=settings.colocation_policy, lookahead_pods=settings.lookahead_pods,
     )
     rt = Runtime(extender=extender, metrics=counters,
                  bind_pool=bind_threads(settings.bind_concurrency))

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from scheduler_extender.decision import Ask, BadRequest, Decider
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.pending import with_lookahead
 from scheduler_extender.podspec import (
     PodRequest,
     PodSpecError,
@@ -53,7 +54,7 @@ from scheduler_extender.podspec import (
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import BindError, ClusterState, PodRef, ReservationConflict
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
-from topology.policies.base import Decision
+from topology.policies.base import MAX_UPCOMING, Decision
 
 log = logging.getLogger("gputopo.extender")
 
@@ -134,14 +135,18 @@ class Binder:
         policy: the default policy (pods may pick another with ``gputopo.io/policy``).
         metrics: where to count decisions and bind errors (optional).
         memory_unit_mib: MiB per ``gputopo.io/vgpu-memory`` device (pods fetched here).
+        lookahead_pods: pending pods a lookahead policy weighs (the same as filter's, read
+            again at bind: :func:`scheduler_extender.pending.with_lookahead`).
     """
 
     def __init__(
         self, state: ClusterState, decider: Decider, memo: RequestMemo, policy: str,
         metrics: Metrics | None = None, memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
         *, profiles: ProfileLayers | None = None, colocation_policy: str = "gputopo",
+        lookahead_pods: int = MAX_UPCOMING,
     ) -> None:
         self.profiles = profiles or ProfileLayers()
+        self.lookahead_pods = lookahead_pods
         self.colocation_policy = colocation_policy
         self.state = state
         self.memory_unit_mib = memory_unit_mib
@@ -221,8 +226,10 @@ class Binder:
                 return self._fail(pod, node, why, "unknown-pod")
         if preq is None:  # pass-through pod: just bind
             return PendingBind(pod, node, None)
-        ask = Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
-                  pod.uid, preq.required_node, demand=preq.demand)
+        policy = choose_policy(preq, self.policy, self.colocation_policy)
+        request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
+                                 pod.uid, self.lookahead_pods)
+        ask = Ask(request, policy, pod.uid, preq.required_node, demand=preq.demand)
         if ask.required_node is not None and ask.required_node != node:
             return self._fail(
                 pod, node, f"the gputopo planner placed this pod on node {ask.required_node}, "

@@ -39,6 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME, PendingPods
 from scheduler_extender.state import (
     Allocation,
     AllocationBook,
@@ -173,6 +174,8 @@ class KubernetesState(BookedViews):
         watch_timeout_s: server-side timeout of each watch call (it is then re-opened).
         reservation_grace_s: a relist keeps in-flight reservations younger than this even if
             the listed pod does not carry annotations yet.
+        scheduler_name: the ``spec.schedulerName`` whose pending GPU pods are kept for the
+            lookahead (:attr:`pending`).
 
     Call :meth:`start` (initial list, then watcher threads) and :meth:`stop`.
 
@@ -183,7 +186,7 @@ class KubernetesState(BookedViews):
     def __init__(
         self, api: KubeAPI | None = None, *, kubeconfig: str | Path | None = None,
         bind_connections: int = DEFAULT_BIND_CONCURRENCY, watch_timeout_s: int = 300,
-        reservation_grace_s: float = 60.0,
+        reservation_grace_s: float = 60.0, scheduler_name: str = DEFAULT_SCHEDULER_NAME,
     ) -> None:  # fmt: skip
         self.api: KubeAPI = (
             api if api is not None
@@ -191,6 +194,7 @@ class KubernetesState(BookedViews):
         )  # fmt: skip
         self._views: dict[str, NodeView] = {}
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
+        self.pending = PendingPods(scheduler_name)
         self.topologies = TopologyCache()
         self.watch_timeout_s = watch_timeout_s
         self.reservation_grace_s = reservation_grace_s
@@ -347,6 +351,11 @@ class KubernetesState(BookedViews):
             else:
                 self._store_node(node)
 
+    def node_names(self) -> list[str]:
+        """Every node the watch knows, sorted (the lookahead's cluster)."""
+        with self._lock:
+            return sorted(self._node_ann)
+
     def node_memory_unit(self, name: str) -> str | None:
         """The node's ``gputopo.io/vgpu-memory-unit-mib`` annotation, None when absent."""
         return self._node_unit.get(name)
@@ -382,6 +391,7 @@ class KubernetesState(BookedViews):
                 if not a.confirmed and started - a.created < self.reservation_grace_s
             ]  # fmt: skip
             self.book.clear()
+            self.pending.clear()
             self._uid_by_name.clear()
             self._name_by_uid.clear()
             for pod in items:
@@ -401,6 +411,10 @@ class KubernetesState(BookedViews):
         status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
         phase = status.get("phase") if isinstance(status, Mapping) else None
         key = f"{ns}/{name}"
+        if kind == "DELETED":
+            self.pending.discard(uid)
+        else:
+            self.pending.observe(pod)
         with self._lock:
             if kind == "DELETED" or phase in TERMINATED_PHASES:
                 if self._uid_by_name.get(key) == uid:

@@ -24,8 +24,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from scheduler_extender.kubernetes_state import DEFAULT_BIND_CONCURRENCY
+from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME
 from scheduler_extender.state import NodesSpecError, parse_nodes_spec
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
+from topology.policies.base import MAX_UPCOMING
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
 from topology.settings_file import (
     FileBackedSettings,
@@ -100,6 +102,10 @@ class ExtenderSettings(FileBackedSettings):
             consulted before ``profile_catalog``; re-read when it changes.
         measured_profiles: the file the profile recorder writes (measured with
             dcgm-exporter), consulted after both catalogs; re-read when it changes.
+        scheduler_name: the kube-scheduler profile this extender serves (the pods'
+            ``spec.schedulerName``): its pending GPU pods are the lookahead's waiting jobs.
+        lookahead_pods: how many pending pods a lookahead policy (``gputopo``) weighs per
+            decision (0 = none; at most 8, ``topology.policies.base.MAX_UPCOMING``).
     """
 
     model_config = SettingsConfigDict(
@@ -128,6 +134,8 @@ class ExtenderSettings(FileBackedSettings):
     profile_catalog: str = "v100-cifar10-w10"
     user_profiles: Path | None = None
     measured_profiles: Path | None = None
+    scheduler_name: str = Field(default=DEFAULT_SCHEDULER_NAME, min_length=1)
+    lookahead_pods: int = Field(default=MAX_UPCOMING, ge=0, le=MAX_UPCOMING)
 
     @field_validator("log_level", "state", "auth", mode="before")
     @classmethod

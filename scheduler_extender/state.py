@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from scheduler_extender.pending import PendingPods
 from topology import catalog
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import Assignment, assignment_annotations
@@ -592,11 +593,18 @@ class BoundPod:
 
 class BookedViews:
     """Node state and cached node views from an :class:`AllocationBook`, shared by the
-    state backends. Subclasses set ``book`` and ``_views`` and define ``node_topology``;
-    the book's ``on_change`` drops a node's view when its allocations change."""
+    state backends. Subclasses set ``book``, ``_views`` and ``pending`` and define
+    ``node_topology``; the book's ``on_change`` drops a node's view when its allocations
+    change.
+
+    Attributes:
+        pending: the pending whole-GPU pods, in kube-scheduler's queue order, for the
+            default policy's lookahead (:mod:`scheduler_extender.pending`).
+    """
 
     book: AllocationBook
     _views: dict[str, NodeView]
+    pending: PendingPods
 
     def node_topology(self, name: str) -> Topology | NodeTopologyError:  # pragma: no cover
         raise NotImplementedError
@@ -636,11 +644,14 @@ class MemoryState(BookedViews):
         nodes: node name → topology.
 
     Use :meth:`from_spec` for catalog nodes. :meth:`delete_pod` frees a pod's GPUs (a pod
-    finishing). Ready at once.
+    finishing). Ready at once. Nothing watches pods here: whoever plays the cluster tells
+    :attr:`pending` about waiting pods (``pending.observe(pod)``); bind forgets them.
     """
 
-    def __init__(self, nodes: Mapping[str, Topology] | None = None) -> None:
+    def __init__(self, nodes: Mapping[str, Topology] | None = None,
+                 pending: PendingPods | None = None) -> None:
         self._nodes: dict[str, Topology] = dict(nodes or {})
+        self.pending = pending if pending is not None else PendingPods()
         self._units: dict[str, str] = {}
         self._kubelet: dict[str, KubeletConfig] = {}
         self._views: dict[str, NodeView] = {}
@@ -732,6 +743,7 @@ class MemoryState(BookedViews):
         ann = assignment_annotations(decision, node) if decision is not None else {}
         with self._lock:
             self._bound[str(pod)] = BoundPod(pod, node, ann, decision)
+        self.pending.discard(pod.uid)  # no longer waiting (the watch does this on a cluster)
         alloc = self.book.get(pod.key)
         if alloc is not None and not alloc.confirmed:
             self.book.add(replace(alloc, confirmed=True), None, check=False)

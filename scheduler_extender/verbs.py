@@ -23,6 +23,7 @@ from scheduler_extender.binding import Binder, BindResult, PendingBind, RequestM
 from scheduler_extender.cache import BoundedCache
 from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.pending import with_lookahead
 from scheduler_extender.podspec import (
     PodRequest,
     PodSpecError,
@@ -35,6 +36,7 @@ from scheduler_extender.profiles import ColocationInputs, ProfileLayers
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs, ExtenderPreemptionArgs
 from scheduler_extender.state import ClusterState, PodRef
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
+from topology.policies.base import MAX_UPCOMING
 from topology.policies.registry import get_policy
 
 log = logging.getLogger("gputopo.extender")
@@ -63,6 +65,8 @@ class Extender:
             pods (None = the shipped catalog, the default threshold).
         colocation_policy: the policy for co-location slots when ``policy`` does not place
             them (default ``gputopo``).
+        lookahead_pods: pending pods (the state's ``pending``) a lookahead policy weighs per
+            decision (0 = none).
 
     Attributes:
         metrics: the counters given (None = not counted).
@@ -80,6 +84,7 @@ class Extender:
         budget_ms: float | None = None, workers: int | None = None,
         memory_unit_mib: int = DEFAULT_VGPU_MEMORY_UNIT_MIB,
         profiles: ProfileLayers | None = None, colocation_policy: str = "gputopo",
+        lookahead_pods: int = MAX_UPCOMING,
     ) -> None:
         get_policy(policy)
         if not get_policy(colocation_policy).colocation:
@@ -95,8 +100,10 @@ class Extender:
         # (uid, resourceVersion) -> (profile layers, request): a filter's pod for its prioritize
         self._parsed = BoundedCache(_PARSED_SIZE)
         self.decider = Decider(state, metrics, budget_ms, workers, memory_unit_mib)
+        self.lookahead_pods = lookahead_pods
         self.binder = Binder(state, self.decider, self.memo, policy, metrics, memory_unit_mib,
-                             profiles=self.profiles, colocation_policy=colocation_policy)
+                             profiles=self.profiles, colocation_policy=colocation_policy,
+                             lookahead_pods=lookahead_pods)
         self.preemption = Preemption(self.decider)
 
     def close(self) -> None:
@@ -136,8 +143,10 @@ class Extender:
         return ref, preq
 
     def _ask(self, ref: PodRef, preq: PodRequest) -> Ask:
-        return Ask(preq.request, choose_policy(preq, self.policy, self.colocation_policy),
-                   ref.uid, preq.required_node, demand=preq.demand)
+        policy = choose_policy(preq, self.policy, self.colocation_policy)
+        request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
+                                 ref.uid, self.lookahead_pods)
+        return Ask(request, policy, ref.uid, preq.required_node, demand=preq.demand)
 
     # ------------------------------------------------------------------ verbs
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:

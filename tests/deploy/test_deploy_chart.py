@@ -198,6 +198,8 @@ def test_extender_settings_file_is_accepted_by_the_extender(
                     "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256,
                     "colocation_policy": "gputopo", "colocation_threshold": 4e7,
                     "profile_catalog": "v100-cifar10-w10",
+                    # the lookahead reads the pending pods of the chart's scheduler profile
+                    "scheduler_name": "gputopo-scheduler",
                     "auth": "loopback"}  # a sidecar: the verbs answer loopback callers only
     cm = find(variants["standalone"], "ConfigMap", "gputopo-extender")
     path.write_text(cm["data"]["extender.yaml"])

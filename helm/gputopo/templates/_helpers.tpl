@@ -202,6 +202,8 @@ host: 0.0.0.0
 port: {{ .Values.extender.port }}
 state: kubernetes
 policy: {{ .Values.extender.policy }}
+# the scheduler profile served: its pending GPU pods are the waiting jobs the policy weighs
+scheduler_name: {{ .Values.scheduler.schedulerName }}
 log_level: {{ .Values.extender.logLevel }}
 # the device plugins' unit (one value for both programs: pods count vGPU memory in it)
 vgpu_memory_unit_mib: {{ .Values.devicePlugin.vgpuMemoryUnitMiB }}

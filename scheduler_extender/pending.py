@@ -1,0 +1,137 @@
+"""The GPU pods waiting to be scheduled, for the default policy's lookahead (issue 24).
+
+The extender already watches every pod (:mod:`scheduler_extender.kubernetes_state`). A pod of
+this extender's scheduler (``spec.schedulerName``) that asks for whole GPUs, has no node yet and
+has not ended is *pending*; :class:`PendingPods` keeps them in the order kube-scheduler's
+queue pops them (``PrioritySort``: higher ``spec.priority`` first, then the older
+``metadata.creationTimestamp``; the name breaks ties) and hands a lookahead policy the first
+:data:`~topology.policies.base.MAX_UPCOMING` of them other than the pod being decided, as data
+(:class:`~topology.policies.base.Upcoming`, in ``Request.upcoming``): the policy stays a pure
+function. Shares and co-location slots are not listed (the lookahead weighs whole GPUs).
+
+Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
+insensitive pod's pattern is dropped, so two queues that differ only there share cached
+decisions.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from scheduler_extender.podspec import PodSpecError, request_from_pod
+from topology.policies.base import MAX_UPCOMING, Request, Upcoming
+from topology.policies.registry import get_policy
+
+#: ``spec.schedulerName`` of the chart's scheduler profile (``scheduler.schedulerName``).
+DEFAULT_SCHEDULER_NAME = "gputopo-scheduler"
+
+
+def upcoming_of(request: Request) -> Upcoming | None:
+    """The lookahead's view of a whole-GPU request (None for shares and co-location slots):
+    its count, its pattern when it is bandwidth sensitive, its sensitivity."""
+    if request.fractional or request.shared is not None:
+        return None
+    sensitive = request.sensitive
+    pattern = request.pattern if sensitive and request.count > 1 else None
+    return Upcoming(request.count, pattern, sensitive)
+
+
+class PendingPods:
+    """Pending whole-GPU pods of one scheduler, in queue order (thread-safe).
+
+    Args:
+        scheduler_name: the ``spec.schedulerName`` whose pods are kept.
+    """
+
+    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
+        self.scheduler_name = scheduler_name
+        self._pods: dict[str, tuple[tuple[int, str, str], Upcoming]] = {}
+        self._order: list[tuple[tuple[int, str, str], str]] | None = []
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def add(self, uid: str, upcoming: Upcoming, *, priority: int = 0, created: str = "",
+            name: str = "") -> None:
+        """Keep (or update) pending pod ``uid``; ``created`` is its RFC 3339 creation time
+        (strings of one format sort by time)."""
+        with self._lock:
+            self._pods[uid] = ((-priority, created, name), upcoming)
+            self._order = None
+
+    def discard(self, uid: str) -> None:
+        """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
+        with self._lock:
+            if self._pods.pop(uid, None) is not None:
+                self._order = None
+
+    def clear(self) -> None:
+        """Forget every pod (a relist)."""
+        with self._lock:
+            self._pods.clear()
+            self._order = []
+
+    def observe(self, pod: Mapping[str, Any]) -> None:
+        """Apply one pod as the watch sees it: keep it when it is this scheduler's, asks for
+        whole GPUs, has no node and has not ended; forget it otherwise. An invalid pod is
+        forgotten (filter will report it)."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        if not isinstance(uid, str) or not uid:
+            return
+        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+        status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+        assert isinstance(meta, Mapping) and isinstance(spec, Mapping)
+        phase = status.get("phase") if isinstance(status, Mapping) else None
+        if (spec.get("nodeName") or phase in ("Succeeded", "Failed")
+                or meta.get("deletionTimestamp")
+                or (spec.get("schedulerName") or "default-scheduler") != self.scheduler_name):
+            self.discard(uid)
+            return
+        try:
+            request = request_from_pod(pod)
+        except PodSpecError:
+            request = None
+        up = upcoming_of(request) if request is not None else None
+        if up is None:
+            self.discard(uid)
+            return
+        priority = spec.get("priority")
+        self.add(uid, up, priority=priority if isinstance(priority, int) else 0,
+                 created=str(meta.get("creationTimestamp") or ""),
+                 name=f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}")
+
+    def upcoming(self, exclude: str = "", limit: int = MAX_UPCOMING) -> tuple[Upcoming, ...]:
+        """The first ``limit`` pending pods in queue order, ``exclude`` (a UID) left out."""
+        if limit <= 0:
+            return ()
+        with self._lock:
+            if self._order is None:
+                self._order = sorted((key, uid) for uid, (key, _) in self._pods.items())
+            out: list[Upcoming] = []
+            for _, uid in self._order:
+                if uid == exclude:
+                    continue
+                out.append(self._pods[uid][1])
+                if len(out) == limit:
+                    break
+            return tuple(out)
+
+
+def with_lookahead(request: Request, policy: str, pending: PendingPods | None, uid: str,
+                   limit: int) -> Request:
+    """``request`` with the pending pods as ``Request.upcoming`` when ``policy`` reads them
+    (``PolicySpec.lookahead``) and the request is for whole GPUs; else ``request`` itself.
+
+    Raises:
+        UnknownPolicy: ``policy`` is not registered.
+    """
+    if (pending is None or limit <= 0 or request.fractional or request.shared is not None
+            or not get_policy(policy).lookahead):
+        return request
+    waiting = pending.upcoming(exclude=uid, limit=min(limit, MAX_UPCOMING))
+    return replace(request, upcoming=waiting) if waiting != request.upcoming else request
