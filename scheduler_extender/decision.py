@@ -41,7 +41,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, NamedTuple, cast
 
 from scheduler_extender.alignment import NUMAAlignment, Refusal
@@ -70,9 +70,10 @@ from topology.contract import (
 )
 from topology.model import Topology
 from topology.numa_alignment import KUBELET_DEFAULTS, KubeletConfigError, PodDemand
-from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError, Upcoming
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
+from topology.policies.robust import waiting_by_node
 from topology.policies.scoring import NodeScore, ScoreScale, node_score, score_scale
 from topology.serialization import dumps
 
@@ -285,6 +286,9 @@ class Decider:
         self.topologies = TopologyCache()
         self._requests = _Interner()  # request keys -> small ints (edge tuples hash slowly)
         self._spent = BoundedCache(_SPENT_SIZE)  # pod uid -> seconds its filter waited
+        # (pod uid, "parts") -> {node: waiting jobs} where prioritize weighed other waiting
+        # jobs than the common list (a lookahead policy's unique homes), for bind
+        self._asked = BoundedCache(_SPENT_SIZE)
         self._costs = _CostModel()
         # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
         self._outcomes = BoundedCache(_GROUP_CACHE_SIZE)
@@ -340,9 +344,13 @@ class Decider:
             else:
                 spent = self._spent.get((ask.pod_uid,)) or 0.0
                 deadline = start + max(self.budget_s - spent, _MIN_SLICE_S)
-        call = _Call(ask, self._requests(ask.request.key()), deadline, learn=verb == "filter")
+        learn = verb == "filter"
+        call = _Call(ask, self._requests(ask.request.key()), deadline, learn=learn)
+        calls = [call] * len(candidates)
         if ask.required_node is not None:
             rows = self._pinned(call, candidates, ask.required_node)
+        elif ask.request.upcoming and get_policy(ask.policy).lookahead:
+            rows, calls = self._waiting(ask, candidates, deadline, learn)
         else:
             rows = self._grouped(call, candidates)
         if verb == "filter" and ask.pod_uid and self.budget_s is not None:
@@ -352,16 +360,68 @@ class Decider:
         scale = self._scale(call, rows)
         scores: dict[object, int] = {}
         out = []
-        for row in rows:
+        for row, c in zip(rows, calls, strict=True):
             group = row.view.group
             if row.outcome.decision is None or group is None or scale is None:
                 out.append(_with_score(row, 0))
                 continue
-            s = scores.get(group)
+            s = scores.get((group, c.rid))
             if s is None:
-                s = scores[group] = self._score(call, row.view, row.outcome, scale)
+                s = scores[(group, c.rid)] = self._score(c, row.view, row.outcome, scale)
             out.append(_with_score(row, s))
         return out
+
+    def _waiting(
+        self, ask: Ask, candidates: Sequence[Candidate], deadline: float | None, learn: bool,
+    ) -> tuple[list[NodeDecision], list[_Call]]:
+        """:meth:`_grouped` for a lookahead policy: each group of equal nodes weighs only the
+        waiting jobs whose one best home it is (:func:`topology.policies.robust.
+        waiting_by_node`), so the candidates are decided in parts, one per distinct list of
+        waiting jobs. Returns the rows in the candidates' order and the call of each."""
+        by_free = get_policy(ask.policy).keys_by_free_mask(ask.request)
+        # a waiting job's homes are sought on every node the state knows, not only on this
+        # pod's candidates (kube-scheduler's own filters drop nodes the waiting job may use)
+        views: dict[str, NodeView] = {}
+        names = getattr(self.state, "node_names", None)
+        for name in names() if callable(names) else ():
+            view = self.state.node_view(name)
+            views[name] = view.by_free if by_free and view.by_free is not None else view
+        mine = [self._view(c, by_free) for c in candidates]
+        for c, view in zip(candidates, mine, strict=True):
+            views[c.name] = view
+        index: dict[object, int] = {}
+        groups: list[tuple[Topology, int, int]] = []
+        for name, view in views.items():
+            topo = view.topology
+            if not isinstance(topo, Topology):
+                continue
+            key = view.group if view.group is not None else ("node", name)
+            i = index.get(key)
+            if i is None:
+                i = index[key] = len(groups)
+                groups.append((topo, view.state.mask(topo), 0))
+            t, m, n = groups[i]
+            groups[i] = (t, m, n + 1)
+        member = [index.get(v.group if v.group is not None else ("node", c.name), -1)
+                  if isinstance(v.topology, Topology) else -1
+                  for c, v in zip(candidates, mine, strict=True)]
+        lists = waiting_by_node(groups, ask.request.upcoming, self.evaluator.memo)
+        everyone = tuple(u for u in ask.request.upcoming if not u.measured)
+        parts: dict[tuple[Upcoming, ...], list[int]] = {}
+        for pos, i in enumerate(member):
+            parts.setdefault(lists[i] if i >= 0 else everyone, []).append(pos)
+        rows: list[NodeDecision | None] = [None] * len(candidates)
+        calls: list[_Call | None] = [None] * len(candidates)
+        for waiting, positions in parts.items():
+            part = replace(ask, request=replace(ask.request, upcoming=waiting))
+            call = _Call(part, self._requests(part.request.key()), deadline, learn=learn)
+            decided = self._grouped(call, [candidates[p] for p in positions])
+            for p, row in zip(positions, decided, strict=True):
+                rows[p], calls[p] = row, call
+        self._asked.put((ask.pod_uid, "parts"), {
+            candidates[p].name: w for w, ps in parts.items() for p in ps
+            if w != everyone} if ask.pod_uid else {})
+        return cast(list[NodeDecision], rows), cast(list[_Call], calls)
 
     def decide_exact(self, ask: Ask, view: NodeView) -> Outcome:
         """Decide ``ask`` on one node now, with no budget and no group cache (bind).
@@ -372,6 +432,15 @@ class Decider:
         refused = self._unit_refusal(view.name, ask.request)
         if refused is not None:
             return refused
+        if (ask.request.upcoming and ask.required_node is None
+                and get_policy(ask.policy).lookahead):
+            # the waiting jobs filter and prioritize weighed on this node (the common list:
+            # those that only take their count, when it was no job's one best home)
+            parts = self._asked.get((ask.pod_uid, "parts")) if ask.pod_uid else None
+            waiting = (parts or {}).get(view.name)
+            if waiting is None:
+                waiting = tuple(u for u in ask.request.upcoming if not u.measured)
+            ask = replace(ask, request=replace(ask.request, upcoming=waiting))
         aligned = self.alignment.apply(
             view, self.alignment.config(view.name, None), ask.request, ask.demand,
             self._requests(ask.request.key()), policy=ask.policy,

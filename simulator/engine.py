@@ -61,7 +61,7 @@ from topology.colocation.model import DEFAULT_SLOTS, DEFAULT_THRESHOLD, slowdown
 from topology.colocation.profile import JobProfile
 from topology.model import Topology
 from topology.patterns import Pattern
-from topology.policies import amaral
+from topology.policies import amaral, robust
 from topology.policies.base import (
     FULL_CORE,
     MAX_UPCOMING,
@@ -78,7 +78,7 @@ from topology.policies.common import MODEL_MAPA
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy
-from topology.policies.scoring import W_FRAGMENTATION, W_QUALITY, node_score
+from topology.policies.scoring import W_FRAGMENTATION, W_HARM, W_QUALITY, node_score
 
 NODE_CHOICES = ("extender", "least-allocated", "first-fit", "most-allocated", "utility",
                 "random")
@@ -395,7 +395,8 @@ class Simulation:
         # the fullest node (kube-scheduler breaks equal scores at random; we stay deterministic)
         ns = node_score(self.policy, self.topology, self._state(nk, node), req, decision,
                         evaluator=self.evaluator)
-        raw = W_QUALITY * ns.quality + W_FRAGMENTATION * (1.0 - ns.fragmentation)
+        raw = (W_QUALITY * ns.quality + W_FRAGMENTATION * (1.0 - ns.fragmentation)
+               - W_HARM * ns.harm)
         return (-ns.score, -round(raw, 9), free_before)
 
     def _upcoming(self, job: Job) -> tuple[Upcoming, ...]:
@@ -414,11 +415,23 @@ class Simulation:
                 break
         return tuple(out)
 
+    def _waiting(self, job: Job) -> dict[object, Request]:
+        """Per node group, ``job``'s request with the waiting jobs that group's decision
+        weighs (:func:`topology.policies.robust.waiting_by_node`: the jobs queued behind it
+        whose one best home is that node), as the extender hands them a lookahead policy."""
+        base = self.requests[job.id]
+        queued = self._upcoming(job)
+        keys = list(self.groups)
+        lists = robust.waiting_by_node(
+            [(self.topology, self._mask_of(nk), len(self.groups[nk])) for nk in keys],
+            queued, self.evaluator.memo)
+        return {nk: replace(base, upcoming=w) if w else base
+                for nk, w in zip(keys, lists, strict=True)}
+
     def _try_place(self, job: Job) -> tuple[int, Decision, float] | None:
-        req = self.requests[job.id]
-        if self.lookahead and not job.shared:
-            req = replace(req, upcoming=self._upcoming(job))
         t0 = time.perf_counter()
+        req = self.requests[job.id]
+        per_group = self._waiting(job) if self.lookahead and not job.shared else {}
         best: tuple[tuple[float, ...], int, Decision] | None = None
         pairs: list[tuple[object, int]]
         if self.group_nodes:
@@ -429,6 +442,7 @@ class Simulation:
         for nk, node in pairs:
             if not job.shared and self._mask_of(nk).bit_count() < job.gpus:
                 continue
+            req = per_group.get(nk, self.requests[job.id])
             try:
                 decision = self.evaluator.place(self.policy, self.topology,
                                                 self._state(nk, node), req)

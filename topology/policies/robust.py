@@ -372,3 +372,64 @@ def choose(
         lookahead={MODELS[c]: float(look[c]) for c in cols},
         candidates=int(sel.shape[0]), band=int(band.shape[0]),
     )
+
+
+def waiting_by_node(
+    nodes: Sequence[tuple[Topology, int, int]], upcoming: Sequence[Upcoming], memo: Memo,
+) -> list[tuple[Upcoming, ...]]:
+    """Which waiting jobs each node's decision must weigh, on a cluster of several nodes.
+
+    A waiting job is harmed by what a placement leaves on a node only if that node is where
+    it would go: the one node that offers it the lowest worst-model cost (by more than the
+    tolerance). A job that as many nodes serve as well (idle nodes, a group of equal ones)
+    goes elsewhere, so no node weighs it; on one node every job that fits is weighed (the
+    module docstring's lookahead). Jobs that are insensitive or take one GPU are kept for
+    every node: they only take their count. Costs are relative to the best ideal any class of
+    ``nodes`` offers, so a job's home on a mixed cluster is the node with the fastest links.
+
+    Args:
+        nodes: per group of equal nodes: (topology, free-GPU mask, how many nodes).
+        upcoming: the waiting jobs, in queue order.
+        memo: the runner's memo.
+
+    Returns:
+        Per group, the waiting jobs its decision weighs, in queue order.
+    """
+    keep: list[list[Upcoming]] = [[] for _ in nodes]
+    if not upcoming or not nodes:
+        return [() for _ in nodes]
+    by_class: dict[str, tuple[Topology, list[int]]] = {}
+    for i, (topo, _, _) in enumerate(nodes):
+        by_class.setdefault(topo.topology_class, (topo, []))[1].append(i)
+    masks = np.array([m for _, m, _ in nodes], dtype=np.int64)
+    single = np.array([c == 1 for _, _, c in nodes])
+    for u in upcoming:
+        if not u.measured:
+            for lst in keep:
+                lst.append(u)
+            continue
+        tables = {cls: model_table(topo, u.effective_pattern(), memo)
+                  for cls, (topo, _) in by_class.items()}
+        known = [t for t in tables.values() if t is not None]
+        if not known:
+            continue
+        cols = list(known[0].columns)
+        ideal = np.max([t.ideal[cols] for t in known], axis=0)
+        pen = np.full(len(nodes), np.inf)
+        for cls, (_, idx) in by_class.items():
+            table = tables[cls]
+            if table is None:
+                continue
+            best = table.best[masks[idx]][:, cols]  # -inf where it does not fit
+            worst = (ideal / np.maximum(best, FLOOR_GBPS) - 1.0).max(axis=1)
+            pen[idx] = np.where(np.all(np.isfinite(best), axis=1), worst, np.inf)
+        order = np.argsort(pen, kind="stable")
+        first = int(order[0])
+        second = float(pen[order[1]]) if len(nodes) > 1 else np.inf
+        # the best other node's cost: the runner-up's for the best node, the best's for all
+        others = np.full(len(nodes), float(pen[first]))
+        others[first] = second
+        home = single & np.isfinite(pen) & (pen < others - TOLERANCE)
+        for pos in np.flatnonzero(home).tolist():
+            keep[pos].append(u)
+    return [tuple(lst) for lst in keep]

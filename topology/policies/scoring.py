@@ -1,9 +1,9 @@
 """Node scores: how good a node is for a pod, 0–10 — pure (the extender's ``POST /prioritize``
 and the simulator's node choice).
 
-A score mixes two terms, each in [0, 1]:
+A score mixes two terms, each in [0, 1], and for a policy that weighs the waiting jobs a third:
 
-``score = round(10 × (0.7 · quality + 0.3 · (1 − fragmentation)))``
+``score = round(10 × (0.7 · quality + 0.3 · (1 − fragmentation) − 0.3 · harm))``
 
 **One scale across node types.** kube-scheduler compares the scores of one call's nodes with
 each other, and a cluster may mix machine types. So every yardstick of the quality term that
@@ -20,7 +20,12 @@ simulator) the scale is that class's own and the scores are exactly the per-clas
   ``EffBW*`` is the best EffBW the policy reaches on an *idle* node of any class of the call
   (:meth:`topology.policies.evaluate.Evaluator.ideal`; MAPA Fig. 4's "ideal" allocation,
   taken over the cluster's machine types), both by the policy's own EffBW model (MAPA Eq. 2
-  or gputopo-v1), clamped to [0, 1]. 1 = no node type offers this pod better links.
+  or gputopo-v1), clamped to [0, 1]. 1 = no node type offers this pod better links. For the
+  default policy, which decides on every model (:mod:`topology.policies.robust`), the node is
+  judged the same way (kind ``robust``): the *worst* model's share, over the models that judge
+  the pattern, of the best set an idle node of any class of the call offers, each set at its
+  best arrangement — a node that is good under one model and poor under another ranks by the
+  poor one.
 * *insensitive, several GPUs*: the PreservedBW the allocation destroys (MAPA Eq. 3),
   ``loss = PB(free before) − PB(free after)`` in GB/s, against the worst loss ``count`` GPUs
   can cause on an idle node of any class of the call: ``quality = 1 − loss / max_loss``.
@@ -50,7 +55,15 @@ any equally many GPUs of this class could be: ``1 − PB(free after) / max_{|S| 
 with ``k`` = number of free GPUs after the allocation (MAPA Eq. 3 for PB). 0 when ``k ≤ 1``.
 It stays per class on purpose: it measures how much of *this node's* future the allocation
 spoils (a PCIe box can never offer NVLink leftovers; it cannot be blamed for that), while the
-cross-type comparison is the quality term's. The per-class maxima (and minima, for the
+cross-type comparison is the quality term's.
+
+**harm** — for a policy that weighs the waiting jobs (``PolicySpec.lookahead``; issue 24): the
+waiting jobs' worst-model cost, in ideal communication times, placed in order on what the
+decision leaves (:func:`topology.policies.robust.lookahead_cost`), at most 1. The runner hands
+a node only the waiting jobs whose one best home it is
+(:func:`topology.policies.robust.waiting_by_node`), so harm is what this node's choice takes
+from jobs that cannot go elsewhere as well. Measured in the simulator against kube-scheduler's
+spreading (LeastAllocated) and packing (MostAllocated): ``benchmarks/results/ROBUST.md``. The per-class maxima (and minima, for the
 insensitive quality) are exact for up to :data:`EXACT_TABLE_GPUS` GPUs (every subset,
 vectorised) and greedy (peeling the least/most connected GPU) above; they are kept per
 topology class in the runner's :class:`~topology.policies.memo.Memo`, and so is each
@@ -67,7 +80,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from topology.model import Topology
-from topology.policies import amaral
+from topology.policies import amaral, robust
 from topology.policies.bandwidth import pair_access_cost, preserved_bandwidth
 from topology.policies.base import FULL_CORE, Decision, NodeState, NoFit, Request
 from topology.policies.evaluate import Evaluator
@@ -80,6 +93,8 @@ MAX_SCORE = 10
 #: Weights of the two terms.
 W_QUALITY = 0.7
 W_FRAGMENTATION = 0.3
+#: Weight of the harm to the waiting jobs (a lookahead policy's decisions; module docstring).
+W_HARM = 0.3
 #: Up to this many GPUs the PreservedBW extremes per subset size are exact (2^n subsets).
 EXACT_TABLE_GPUS = 16
 
@@ -189,6 +204,10 @@ class ScoreScale:
         best_comm_cost: Amaral's ``t*``, the lowest pattern cost (physical-graph distance
             units) an idle node of any of the classes gives the request (utility-scored
             policies, multi-GPU requests; else None).
+        ideal_by_model: for a lookahead policy's bandwidth-sensitive multi-GPU request, the
+            best EffBW (GB/s) of each model of :data:`topology.policies.common.MODELS` an
+            idle node of any of the classes offers (the best arrangement of the pattern in
+            the best set: :mod:`topology.policies.robust`); else None.
     """
 
     classes: tuple[str, ...]
@@ -196,6 +215,7 @@ class ScoreScale:
     max_loss_gbps: float
     max_pair_cost: float
     best_comm_cost: float | None
+    ideal_by_model: tuple[float, ...] | None = None
 
 
 def score_scale(
@@ -251,7 +271,14 @@ def _build_scale(
         ]  # fmt: skip
         best_comm = min(costs) if costs else None
     max_cost = max(class_tables(t, evaluator.memo).max_pair_cost for t in topos)
-    return ScoreScale(classes, effbw, max_loss, max_cost, best_comm)
+    ideal: tuple[float, ...] | None = None
+    if whole_multi and request.sensitive and spec.lookahead:
+        found = [robust.model_table(t, request.effective_pattern(), evaluator.memo)
+                 for t in topos if t.size >= request.count]
+        ideals = [tab.ideal for tab in found if tab is not None]
+        if ideals and len(ideals) == len(found):
+            ideal = tuple(float(x) for x in np.max(ideals, axis=0))
+    return ScoreScale(classes, effbw, max_loss, max_cost, best_comm, ideal)
 
 
 @dataclass(frozen=True)
@@ -262,14 +289,17 @@ class NodeScore:
         score: 0–10 as sent to kube-scheduler.
         quality: the quality term, [0, 1].
         fragmentation: the fragmentation term, [0, 1].
-        kind: which quality rule applied: ``bandwidth``, ``preserve``, ``singular``,
-            ``share``, ``utility``, ``colocation``.
+        kind: which quality rule applied: ``bandwidth``, ``robust``, ``preserve``,
+            ``singular``, ``share``, ``utility``, ``colocation``.
+        harm: the waiting jobs' worst-model cost on what the decision leaves (ideal
+            communication times, at most 1 counted; lookahead policies only, else 0).
     """
 
     score: int
     quality: float
     fragmentation: float
     kind: str
+    harm: float = 0.0
 
 
 def _clamp(x: float) -> float:
@@ -331,6 +361,13 @@ def quality(
     if request.count == 1:
         g = decision.gpus[0]
         return _isolation(topology, g, [f for f in free if f != g], sc.max_pair_cost), "singular"
+    if request.sensitive and sc.ideal_by_model is not None:
+        table = robust.model_table(topology, request.effective_pattern(), evaluator.memo)
+        if table is not None:
+            v = table.best[sum(1 << g for g in decision.gpus)]
+            cols = list(table.columns)
+            ratio = v[cols] / np.maximum(np.array(sc.ideal_by_model)[cols], 1e-9)
+            return _clamp(float(ratio.min())), "robust"
     if request.sensitive:
         best = sc.effbw_gbps
         if best is None:
@@ -424,6 +461,11 @@ def node_score(
     chosen = set(decision.gpus)
     free_after = [f for f in state.free_gpus(topology) if f not in chosen]
     frag = fragmentation(topology, free_after, t)
-    raw = MAX_SCORE * (W_QUALITY * q + W_FRAGMENTATION * (1.0 - frag))
+    harm = 0.0
+    if request.upcoming and not request.fractional and get_policy(policy).lookahead:
+        left = np.array([sum(1 << g for g in free_after)], dtype=np.int64)
+        cost = robust.lookahead_cost(topology, left, request.upcoming, evaluator.memo)[0]
+        harm = min(1.0, float(cost.max()))
+    raw = MAX_SCORE * (W_QUALITY * q + W_FRAGMENTATION * (1.0 - frag) - W_HARM * harm)
     score = max(0, min(MAX_SCORE, int(round(raw))))
-    return NodeScore(score, q, frag, kind)
+    return NodeScore(score, q, frag, kind, harm)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,12 +17,22 @@ from tests.topology.strategies import states, topologies
 from topology import catalog
 from topology.model import GPU, PCIeLevel, Topology, deterministic_uuid
 from topology.patterns import ring
-from topology.policies import amaral
+from topology.policies import amaral, robust
 from topology.policies.bandwidth import pair_access_cost, preserved_bandwidth
-from topology.policies.base import Decision, GPUUsage, NodeState, NoFit, Request, SharedRequest
+from topology.policies.base import (
+    Decision,
+    GPUUsage,
+    NodeState,
+    NoFit,
+    Request,
+    SharedRequest,
+    Upcoming,
+)
 from topology.policies.evaluate import Evaluator
+from topology.policies.memo import Memo
 from topology.policies.registry import DEFAULT_POLICY as POLICY
 from topology.policies.scoring import (
+    W_HARM,
     NodeScore,
     class_tables,
     colocation_score,
@@ -65,7 +76,12 @@ def test_idle_node_is_the_reference_for_sensitive_jobs() -> None:
     req = Request(count=4, pattern=ring(4), bandwidth_sensitive=True)
     d = place(POLICY, DGX, NodeState(), req)
     s = node_score(POLICY, DGX, NodeState(), req, d, evaluator=EV)
-    assert s.kind == "bandwidth" and s.quality == 1.0
+    # the default policy's score is robust (issue 24): the worst model's share of the best
+    # idle set, not gputopo-v1's alone
+    assert s.kind == "robust" and s.quality == 1.0
+    assert node_score("mapa-preserve", DGX, NodeState(), req,
+                      place("mapa-preserve", DGX, NodeState(), req), evaluator=EV).kind \
+        == "bandwidth"
     # only the PCIe-separated half-pairs left: worse links, lower score
     poor = NodeState.whole([1, 3, 4, 6])  # free 0,2,5,7: no NV2 ring possible
     assert score(poor, req) < score(NodeState(), req)
@@ -193,10 +209,13 @@ def test_a_sensitive_pod_prefers_the_idle_dgx_to_the_idle_pcie_box() -> None:
     # the reference is the best idle node of any class: an A100 (NVSwitch) beats both
     a100, dgx3, pcie3 = scores_on([A100, DGX, PCIE], req)
     assert a100.score == 10 and a100.score > dgx3.score > pcie3.score
-    d_dgx = place(POLICY, DGX, NodeState(), req)
-    d_a100 = place(POLICY, A100, NodeState(), req)
+    # since issue 24 the default policy's quality is the worst model's share of the best
+    # idle set of any class (here the bottleneck link: 25 GB/s NVLink against NVSwitch)
+    memo = Memo()
+    t_dgx, t_a100 = (robust.model_table(t, ring(4), memo) for t in (DGX, A100))
+    assert t_dgx is not None and t_a100 is not None
     assert dgx3.quality == pytest.approx(
-        d_dgx.effective_bandwidth_gbps / d_a100.effective_bandwidth_gbps)
+        float(np.min(t_dgx.ideal / np.maximum(t_dgx.ideal, t_a100.ideal))))
     # a half-used DGX still offers the pod more than the idle PCIe box
     half = NodeState.whole([1, 3, 4, 6])
     dgx_half, pcie_idle = scores_on([DGX, PCIE], req, states_=[half, NodeState()])
@@ -663,3 +682,25 @@ def test_the_worst_node_scores_0_not_1() -> None:
     s = node_score(POLICY, four, NodeState(), req, d, evaluator=EV, scale=scale)
     assert d.gpus == (0, 1) and s.quality == 0.0 and s.fragmentation > 5 / 6
     assert s.score == 0
+
+
+def test_the_score_counts_the_harm_to_the_waiting_jobs() -> None:
+    """Issue 24's node choice: a lookahead decision's score loses W_HARM × the waiting jobs'
+    worst-model cost on what it leaves (at most 1). The 5-GPU ring's {0,2,3,4,7} leaves a
+    waiting 3-GPU ring {1,5,6} (bottleneck 12 of 25 GB/s: cost above 1), {0,1,2,3,4} leaves
+    it the triangle {5,6,7} (cost 0)."""
+    wait = (Upcoming(3, ring(3)),)
+    req = Request(count=5, pattern=ring(5), bandwidth_sensitive=True, upcoming=wait)
+    plain = dataclasses.replace(req, upcoming=())
+    robust_set = place(POLICY, DGX, NodeState(), plain)
+    assert robust_set.gpus == (0, 2, 3, 4, 7)
+    harmful = node_score(POLICY, DGX, NodeState(), req, robust_set, evaluator=EV)
+    assert harmful.harm == 1.0
+    kind = node_score(POLICY, DGX, NodeState(), req, place(POLICY, DGX, NodeState(), req),
+                      evaluator=EV)
+    assert kind.harm == 0.0
+    alone = node_score(POLICY, DGX, NodeState(), plain, robust_set, evaluator=EV)
+    assert alone.harm == 0.0 and alone.score - harmful.score == round(10 * W_HARM)
+    # policies that read no queue are not charged
+    be = place("nvidia-best-effort", DGX, NodeState(), req)
+    assert node_score("nvidia-best-effort", DGX, NodeState(), req, be, evaluator=EV).harm == 0
