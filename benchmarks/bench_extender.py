@@ -28,7 +28,15 @@ answering). Bodies use ``nodeCacheCapable: true`` (node names); the 100-node cas
 full Node objects (``nodeCacheCapable: false``). Latencies are client-side round trips on a
 machine that may be doing other things (the JSON records CPUs and load average).
 
-Run: ``.venv/bin/python -m benchmarks.bench_extender [--quick] [--policy NAME]``; prints a
+**Pending pods (issue 24's lookahead).** With ``--pending N`` the next N pods of the stream
+are pending while a pod is decided (the server's ``state.pending``, set before each pod's
+filter, untimed), as kube-scheduler's queue would hold them, so the default policy weighs them;
+``--compare-pending N`` runs every scenario twice in one invocation, with none and with N
+pending, and reports the ratio of the filter + prioritize p99 (the machine is shared: compare
+ratios within one run).
+
+Run: ``.venv/bin/python -m benchmarks.bench_extender [--quick] [--policy NAME]
+[--scenarios dgx1,cubemesh16] [--pending N | --compare-pending N] [--out FILE]``; prints a
 table and writes ``benchmarks/results/extender.json``.
 """
 
@@ -180,6 +188,15 @@ def _server(sc: dict[str, Any], policy: str, seed: int, conn: Any) -> None:
         rt.extender.clear_caches()  # decisions, scores, policy memo, workers' caches
         return {"cleared": True}
 
+    @bench.post("/_bench/pending")
+    def pending(body: dict[str, Any]) -> dict[str, int]:
+        state.pending.clear()
+        for i, p in enumerate(body["pods"]):
+            p["spec"]["schedulerName"] = state.pending.scheduler_name
+            p["metadata"]["creationTimestamp"] = f"2024-01-01T00:00:{i:02d}Z"
+            state.pending.observe(p)
+        return {"pending": len(state.pending)}
+
     @bench.get("/_bench/stats")
     def stats() -> dict[str, float]:
         return {"provisional": rt.metrics.provisional._value.get()}
@@ -235,7 +252,8 @@ def summarize(ms: list[float]) -> dict[str, float]:
             "max_ms": round(max(ms), 3) if ms else float("nan")}
 
 
-def run(sc: Scenario, policy: str, stream: int, cold_samples: int, seed: int) -> dict[str, Any]:
+def run(sc: Scenario, policy: str, stream: int, cold_samples: int, seed: int,
+        pending: int = 0) -> dict[str, Any]:
     from gputopo_cli.demo import node_object
     from topology.serialization import dumps
 
@@ -305,9 +323,14 @@ def run(sc: Scenario, policy: str, stream: int, cold_samples: int, seed: int) ->
         first_call_ms = (time.perf_counter() - t) * 1e3
 
         prov0 = provisional()
-        for _ in range(stream):
+        future = random.Random(seed + 2)
+        queue = [pod(future, serial + 1 + i) for i in range(stream + pending)]
+        for i in range(stream):
             serial += 1
-            p = pod(rng, serial)
+            p = queue[i]
+            if pending:
+                client.call("POST", "/_bench/pending", json.dumps(
+                    {"pods": queue[i + 1:i + 1 + pending]}).encode())
             if cycle(p, warm, True):
                 running.append(p["metadata"]["name"])
             else:
@@ -334,6 +357,7 @@ def run(sc: Scenario, policy: str, stream: int, cold_samples: int, seed: int) ->
         "gpus_per_node": machine(sc.machine).size, "policy": policy,
         "body": "Nodes (full Node objects)" if objects is not None else "NodeNames",
         "eval_budget_ms": sc.budget_ms if sc.budget_ms is not None else "default",
+        "pending_pods": pending,
         "fill_pods": len(info["running"]), "fill_seconds": round(info["fill_seconds"], 2),
         "stream_pods": stream, "unschedulable_in_stream": unschedulable,
         "provisional_groups": {"warm": int(warm_prov), "cold": int(cold_prov)},
@@ -353,6 +377,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="shorter streams (CI smoke run)")
     ap.add_argument("--policy", default=None, help="default: gputopo (baseline if missing)")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--scenarios", default=None,
+                    help="comma-separated scenario names (default: all)")
+    ap.add_argument("--pending", type=int, default=0,
+                    help="pods of the stream pending while each is decided (lookahead)")
+    ap.add_argument("--compare-pending", type=int, default=0, metavar="N",
+                    help="run each scenario with 0 and with N pending pods")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
     policy = args.policy or (DEFAULT_POLICY if DEFAULT_POLICY in policies() else "baseline")
     stream = 60 if args.quick else 300
@@ -364,7 +395,11 @@ def main() -> None:
         Scenario("cubemesh16", "cubemesh16", 1000, 50.0),
         Scenario("cubemesh16-budget20", "cubemesh16", 1000, 50.0, budget_ms=20.0),
     ]
-    results = [run(sc, policy, stream, cold, args.seed) for sc in scenarios]
+    if args.scenarios:
+        keep = set(args.scenarios.split(","))
+        scenarios = [sc for sc in scenarios if sc.name in keep]
+    counts = [0, args.compare_pending] if args.compare_pending else [args.pending]
+    results = [run(sc, policy, stream, cold, args.seed, n) for sc in scenarios for n in counts]
     print(f"policy {policy}; latencies in ms (client round trip over loopback HTTP); "
           f"default budget {default_budget:g} ms")
     print(f"{'scenario':<17}{'nodes':>6}{'gpus':>5} {'body':<8}"
@@ -372,6 +407,7 @@ def main() -> None:
           f"{'cold f+p p50':>13}{'p99':>8}{'first':>8}{'budget':>8}{'prov w/c':>12}  target")
     for r in results:
         w, c = r["warm"], r["cold"]
+        r["scenario"] += f"+{r['pending_pods']}p" if r["pending_pods"] else ""
         body = "objects" if r["body"].startswith("Nodes") else "names"
         ok = "ok" if r["meets_target"] else "MISSED"
         budget = default_budget if r["eval_budget_ms"] == "default" else r["eval_budget_ms"]
@@ -382,15 +418,27 @@ def main() -> None:
               f"{c['filter+prioritize']['p50_ms']:>13.2f}{c['filter+prioritize']['p99_ms']:>8.2f}"
               f"{r['first_call_after_start_ms']:>8.1f}{budget:>8g}{prov:>12}"
               f"  p99<={r['target_p99_ms']:g} {ok}")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({
+    ratios = {}
+    if args.compare_pending:
+        for a, b in zip(results[::2], results[1::2], strict=True):
+            ratios[a["scenario"]] = round(b["warm"]["filter+prioritize"]["p99_ms"]
+                                          / a["warm"]["filter+prioritize"]["p99_ms"], 3)
+            print(f"{a['scenario']}: warm filter+prioritize p99 with {args.compare_pending} "
+                  f"pending / with none = {ratios[a['scenario']]}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": "python -m benchmarks.bench_extender" + (" --quick" if args.quick else "")
+        + (f" --scenarios {args.scenarios}" if args.scenarios else "")
+        + (f" --compare-pending {args.compare_pending}" if args.compare_pending else "")
+        + (f" --pending {args.pending}" if args.pending else ""),
+        "p99_ratio_pending_over_none": ratios,
         "benchmark": "extender", "policy": policy, "seed": args.seed, "quick": args.quick,
         "default_eval_budget_ms": default_budget,
         "python": platform.python_version(), "machine": platform.machine(),
         "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()],
         "results": results,
     }, indent=2) + "\n")
-    print(f"wrote {OUT}")
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

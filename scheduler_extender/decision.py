@@ -406,7 +406,7 @@ class Decider:
                   if isinstance(v.topology, Topology) else -1
                   for c, v in zip(candidates, mine, strict=True)]
         lists = waiting_by_node(groups, ask.request.upcoming, self.evaluator.memo)
-        everyone = tuple(u for u in ask.request.upcoming if not u.measured)
+        everyone: tuple[Upcoming, ...] = ()  # a node that is no waiting job's one home
         parts: dict[tuple[Upcoming, ...], list[int]] = {}
         for pos, i in enumerate(member):
             parts.setdefault(lists[i] if i >= 0 else everyone, []).append(pos)
@@ -434,12 +434,10 @@ class Decider:
             return refused
         if (ask.request.upcoming and ask.required_node is None
                 and get_policy(ask.policy).lookahead):
-            # the waiting jobs filter and prioritize weighed on this node (the common list:
-            # those that only take their count, when it was no job's one best home)
+            # the waiting jobs filter and prioritize weighed on this node (none when it was
+            # no waiting job's one best home)
             parts = self._asked.get((ask.pod_uid, "parts")) if ask.pod_uid else None
-            waiting = (parts or {}).get(view.name)
-            if waiting is None:
-                waiting = tuple(u for u in ask.request.upcoming if not u.measured)
+            waiting = (parts or {}).get(view.name, ())
             ask = replace(ask, request=replace(ask.request, upcoming=waiting))
         aligned = self.alignment.apply(
             view, self.alignment.config(view.name, None), ask.request, ask.demand,

@@ -393,7 +393,10 @@ def waiting_by_node(
         memo: the runner's memo.
 
     Returns:
-        Per group, the waiting jobs its decision weighs, in queue order.
+        Per group, the waiting jobs its decision weighs, in queue order, without the jobs
+        after the last sensitive multi-GPU one (:func:`trim`): a group none of whose jobs is
+        priced gets ``()``, the request of a node with nothing to weigh, so it shares cached
+        decisions with every other such node.
     """
     keep: list[list[Upcoming]] = [[] for _ in nodes]
     if not upcoming or not nodes:
@@ -432,4 +435,12 @@ def waiting_by_node(
         home = single & np.isfinite(pen) & (pen < others - TOLERANCE)
         for pos in np.flatnonzero(home).tolist():
             keep[pos].append(u)
-    return [tuple(lst) for lst in keep]
+    return [trim(lst) for lst in keep]
+
+
+def trim(upcoming: Sequence[Upcoming]) -> tuple[Upcoming, ...]:
+    """``upcoming`` without the jobs after its last sensitive multi-GPU one: a job that is
+    not priced only takes GPUs from the jobs behind it, so with none priced behind it it
+    changes no decision (``()`` when none is priced)."""
+    last = max((i for i, u in enumerate(upcoming) if u.measured), default=-1)
+    return tuple(upcoming[:last + 1])

@@ -55,7 +55,11 @@ any equally many GPUs of this class could be: ``1 − PB(free after) / max_{|S| 
 with ``k`` = number of free GPUs after the allocation (MAPA Eq. 3 for PB). 0 when ``k ≤ 1``.
 It stays per class on purpose: it measures how much of *this node's* future the allocation
 spoils (a PCIe box can never offer NVLink leftovers; it cannot be blamed for that), while the
-cross-type comparison is the quality term's.
+cross-type comparison is the quality term's. The per-class maxima (and minima, for the
+insensitive quality) are exact for up to :data:`EXACT_TABLE_GPUS` GPUs (every subset,
+vectorised) and greedy (peeling the least/most connected GPU) above; they are kept per
+topology class in the runner's :class:`~topology.policies.memo.Memo`, and so is each
+:class:`ScoreScale`, per (policy, classes, request).
 
 **harm** — for a policy that weighs the waiting jobs (``PolicySpec.lookahead``; issue 24): the
 waiting jobs' worst-model cost, in ideal communication times, placed in order on what the
@@ -63,11 +67,7 @@ decision leaves (:func:`topology.policies.robust.lookahead_cost`), at most 1. Th
 a node only the waiting jobs whose one best home it is
 (:func:`topology.policies.robust.waiting_by_node`), so harm is what this node's choice takes
 from jobs that cannot go elsewhere as well. Measured in the simulator against kube-scheduler's
-spreading (LeastAllocated) and packing (MostAllocated): ``benchmarks/results/ROBUST.md``. The per-class maxima (and minima, for the
-insensitive quality) are exact for up to :data:`EXACT_TABLE_GPUS` GPUs (every subset,
-vectorised) and greedy (peeling the least/most connected GPU) above; they are kept per
-topology class in the runner's :class:`~topology.policies.memo.Memo`, and so is each
-:class:`ScoreScale`, per (policy, classes, request).
+spreading (LeastAllocated) and packing (MostAllocated): ``benchmarks/results/ROBUST.md``.
 
 A node that cannot host the pod scores 0 (the caller's job).
 """
