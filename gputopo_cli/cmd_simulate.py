@@ -23,7 +23,9 @@ def register(app: typer.Typer) -> None:
         seed: Annotated[int, typer.Option("--seed", "-s", help="workload generator seed (and the planner's)")] = 0,
         queue: Annotated[str, typer.Option("--queue", help="fifo (a job that fits nowhere blocks the queue) | backfill")] = "fifo",
         node_choice: Annotated[str | None, typer.Option("--node-choice", help="force one node-choice rule for all policies: extender | least-allocated | first-fit | most-allocated | utility")] = None,
-        effbw_model: Annotated[str, typer.Option("--judge", "--effbw-model", help="the EffBW model that judges every placement and prices run times, independent of the one that decides: gputopo-v1 | eq2 (mapa-eq2) | bottleneck")] = "gputopo-v1",
+        effbw_model: Annotated[str, typer.Option("--judge", "--effbw-model", help="the EffBW model that judges every placement and prices run times, independent of the one that decides: gputopo-v1 | eq2 (mapa-eq2) | bottleneck; with --seeds, a comma-separated list")] = "gputopo-v1",
+        seeds: Annotated[str | None, typer.Option("--seeds", help="many-seed mode: seeds like 0-19 or 1,4,7; every policy is run on every seed under every --judge and reported per seed against --reference (DIR/many.json, DIR/many.md)")] = None,
+        reference: Annotated[str, typer.Option("--reference", help="many-seed mode: the policy every ratio is taken against, with its own node choice (default: NVIDIA best-effort with kube-scheduler's LeastAllocated)")] = "nvidia-best-effort",
         plots: Annotated[bool, typer.Option("--plots/--no-plots", help="write PNG plots")] = True,
         iterations: Annotated[int, typer.Option("--planner-iterations", help="andreas: MaxIt_RG, iterations of the Randomized Greedy per rescheduling point")] = 1000,
         interval: Annotated[float, typer.Option("--reschedule-every", help="andreas: seconds between periodic rescheduling points (also H in the worst-case tardiness)")] = 300.0,
@@ -79,6 +81,21 @@ def register(app: typer.Typer) -> None:
 
         from simulator.report import colocation_table, tables_markdown
         from simulator.run import simulate as run
+
+        if seeds is not None:
+            from simulator.many import many_seeds, parse_seeds, table, write
+
+            try:
+                doc = many_seeds(topology, workload, policies, parse_seeds(seeds),
+                                 judges=[j for j in effbw_model.split(",") if j.strip()],
+                                 reference=reference, nodes=nodes, queue=queue,
+                                 progress=lambda line: typer.echo(line, err=True))
+            except SimulationError as exc:
+                fail(str(exc))
+            write(doc, out)
+            typer.echo(table(doc))
+            typer.echo(f"wrote {out}/many.json, many.md")
+            return
 
         try:
             results_p, _ = run(
