@@ -289,6 +289,11 @@ class Decider:
         # (pod uid, "parts") -> {node: waiting jobs} where prioritize weighed other waiting
         # jobs than the common list (a lookahead policy's unique homes), for bind
         self._asked = BoundedCache(_SPENT_SIZE)
+        # the cluster's groups of equal nodes (for the waiting jobs' homes) and the homes of
+        # each waiting job, while the allocation book's version stays the same
+        self._cluster_groups: tuple[object, list[tuple[Topology, int, int]],
+                                    dict[str, int]] | None = None
+        self._homes: dict[object, Any] = {}
         self._costs = _CostModel()
         # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
         self._outcomes = BoundedCache(_GROUP_CACHE_SIZE)
@@ -314,6 +319,9 @@ class Decider:
         self._outcomes.clear()
         self._prechecks.clear()
         self._scores.clear()
+        self._asked.clear()
+        self._cluster_groups = None
+        self._homes.clear()
 
     # ------------------------------------------------------------------ the entry point
     def decide(
@@ -380,47 +388,47 @@ class Decider:
         waiting jobs. Returns the rows in the candidates' order and the call of each."""
         by_free = get_policy(ask.policy).keys_by_free_mask(ask.request)
         # a waiting job's homes are sought on every node the state knows, not only on this
-        # pod's candidates (kube-scheduler's own filters drop nodes the waiting job may use)
-        views: dict[str, NodeView] = {}
-        names = getattr(self.state, "node_names", None)
-        for name in names() if callable(names) else ():
-            view = self.state.node_view(name)
-            views[name] = view.by_free if by_free and view.by_free is not None else view
-        mine = [self._view(c, by_free) for c in candidates]
-        for c, view in zip(candidates, mine, strict=True):
-            views[c.name] = view
-        index: dict[object, int] = {}
-        groups: list[tuple[Topology, int, int]] = []
-        for name, view in views.items():
-            topo = view.topology
-            if not isinstance(topo, Topology):
-                continue
-            key = view.group if view.group is not None else ("node", name)
-            i = index.get(key)
-            if i is None:
-                i = index[key] = len(groups)
-                groups.append((topo, view.state.mask(topo), 0))
-            t, m, n = groups[i]
-            groups[i] = (t, m, n + 1)
-        member = [index.get(v.group if v.group is not None else ("node", c.name), -1)
-                  if isinstance(v.topology, Topology) else -1
-                  for c, v in zip(candidates, mine, strict=True)]
-        lists = waiting_by_node(groups, ask.request.upcoming, self.evaluator.memo)
-        everyone: tuple[Upcoming, ...] = ()  # a node that is no waiting job's one home
+        # pod's candidates (kube-scheduler's own filters drop nodes the waiting job may use);
+        # the groups and each waiting job's homes are kept while no allocation changes
+        names_of = getattr(self.state, "node_names", None)
+        names = names_of() if callable(names_of) else [c.name for c in candidates]
+        book = getattr(self.state, "book", None)
+        version = (getattr(book, "version", None), len(names), by_free)
+        cached = self._cluster_groups
+        if cached is None or cached[0] != version or version[0] is None:
+            index: dict[object, int] = {}
+            groups: list[tuple[Topology, int, int]] = []
+            where: dict[str, int] = {}
+            for name in names:
+                view = self.state.node_view(name)
+                if by_free and view.by_free is not None:
+                    view = view.by_free
+                pos = _count(index, groups, view, name)
+                if pos >= 0:
+                    where[name] = pos
+            self._cluster_groups = cached = (version, groups, where)
+            self._homes.clear()
+        _, groups, where = cached
+        lists = waiting_by_node(groups, ask.request.upcoming, self.evaluator.memo,
+                                homes=self._homes, homes_key=version)
+        # a candidate the state does not list weighs nothing (its own view may differ)
         parts: dict[tuple[Upcoming, ...], list[int]] = {}
-        for pos, i in enumerate(member):
-            parts.setdefault(lists[i] if i >= 0 else everyone, []).append(pos)
+        for pos, c in enumerate(candidates):
+            at = where.get(c.name, -1)
+            parts.setdefault(lists[at] if at >= 0 else (), []).append(pos)
+        if ask.pod_uid:  # what bind decides with on each node (none: the plain request)
+            self._asked.put((ask.pod_uid, "parts"), {
+                candidates[p].name: w for w, ps in parts.items() if w for p in ps})
         rows: list[NodeDecision | None] = [None] * len(candidates)
         calls: list[_Call | None] = [None] * len(candidates)
         for waiting, positions in parts.items():
             part = replace(ask, request=replace(ask.request, upcoming=waiting))
             call = _Call(part, self._requests(part.request.key()), deadline, learn=learn)
+            if len(parts) == 1:  # the common case: one call over every candidate
+                return self._grouped(call, candidates), [call] * len(candidates)
             decided = self._grouped(call, [candidates[p] for p in positions])
             for p, row in zip(positions, decided, strict=True):
                 rows[p], calls[p] = row, call
-        self._asked.put((ask.pod_uid, "parts"), {
-            candidates[p].name: w for w, ps in parts.items() for p in ps
-            if w != everyone} if ask.pod_uid else {})
         return cast(list[NodeDecision], rows), cast(list[_Call], calls)
 
     def decide_exact(self, ask: Ask, view: NodeView) -> Outcome:
@@ -824,7 +832,10 @@ class Decider:
                 hosts.setdefault(topo.topology_class, topo)
         if not hosts:
             return None
-        return score_scale(call.ask.policy, hosts.values(), call.ask.request, self.evaluator)
+        request = call.ask.request  # the waiting jobs change no yardstick: one scale per shape
+        if request.upcoming:
+            request = replace(request, upcoming=())
+        return score_scale(call.ask.policy, hosts.values(), request, self.evaluator)
 
     def _score(self, call: _Call, view: NodeView, outcome: Outcome, scale: ScoreScale) -> int:
         """0–10 for one group on ``scale`` (0 when it cannot host the pod or its decision
@@ -839,6 +850,29 @@ class Decider:
                              evaluator=self.evaluator, scale=scale)
             self._scores.put(key, hit)
         return hit.score
+
+
+def _key(view: NodeView, name: str) -> object:
+    """A view's group key (its own name when it is in no group)."""
+    return view.group if view.group is not None else ("node", name)
+
+
+def _count(index: dict[object, int], groups: list[tuple[Topology, int, int]], view: NodeView,
+           name: str) -> int:
+    """Count ``view`` into the groups of equal nodes (index: group key → position); its
+    group's position, or -1 for a node without a valid topology."""
+    topo = view.topology
+    if not isinstance(topo, Topology):
+        return -1
+    key = _key(view, name)
+    i = index.get(key)
+    if i is None:
+        i = index[key] = len(groups)
+        groups.append((topo, view.state.mask(topo), 1))
+    else:
+        t, m, n = groups[i]
+        groups[i] = (t, m, n + 1)
+    return i
 
 
 def _with_score(row: NodeDecision, score: int) -> NodeDecision:

@@ -63,6 +63,8 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -256,6 +258,12 @@ def lookahead_cost(
     return cost
 
 
+@lru_cache(maxsize=64)
+def _ring(k: int) -> Pattern:
+    """The ring of ``k`` GPUs (built once: patterns are immutable)."""
+    return ring(k)
+
+
 def serviceability(topology: Topology, leftover: np.ndarray, size: int, memo: Memo) -> np.ndarray:
     """What each leftover can still serve when nothing is known of the queue: for rings of 2
     up to ``size`` GPUs, the best EffBW the leftover offers relative to the ideal, the worst
@@ -263,7 +271,7 @@ def serviceability(topology: Topology, leftover: np.ndarray, size: int, memo: Me
     0)."""
     out = np.zeros(leftover.shape[0])
     for k in range(2, min(size, topology.size) + 1):
-        table = model_table(topology, ring(k), memo)
+        table = model_table(topology, _ring(k), memo)
         if table is None:
             continue
         cols = list(table.columns)
@@ -376,6 +384,7 @@ def choose(
 
 def waiting_by_node(
     nodes: Sequence[tuple[Topology, int, int]], upcoming: Sequence[Upcoming], memo: Memo,
+    homes: dict[object, Any] | None = None, homes_key: object = None,
 ) -> list[tuple[Upcoming, ...]]:
     """Which waiting jobs each node's decision must weigh, on a cluster of several nodes.
 
@@ -391,6 +400,10 @@ def waiting_by_node(
         nodes: per group of equal nodes: (topology, free-GPU mask, how many nodes).
         upcoming: the waiting jobs, in queue order.
         memo: the runner's memo.
+        homes: where to keep, per waiting job, which groups are its one best home, under
+            ``(homes_key, job)``: a caller whose ``nodes`` have not changed since (same
+            ``homes_key``) gets them without recomputing (None: not kept).
+        homes_key: what identifies ``nodes`` in ``homes``.
 
     Returns:
         Per group, the waiting jobs its decision weighs, in queue order, without the jobs
@@ -398,44 +411,63 @@ def waiting_by_node(
         priced gets ``()``, the request of a node with nothing to weigh, so it shares cached
         decisions with every other such node.
     """
-    keep: list[list[Upcoming]] = [[] for _ in nodes]
     if not upcoming or not nodes:
         return [() for _ in nodes]
-    by_class: dict[str, tuple[Topology, list[int]]] = {}
-    for i, (topo, _, _) in enumerate(nodes):
-        by_class.setdefault(topo.topology_class, (topo, []))[1].append(i)
-    masks = np.array([m for _, m, _ in nodes], dtype=np.int64)
-    single = np.array([c == 1 for _, _, c in nodes])
-    for u in upcoming:
+    prepared = homes.get((homes_key, "groups")) if homes is not None else None
+    if prepared is None:
+        by_class: dict[str, tuple[Topology, list[int]]] = {}
+        for i, (topo, _, _) in enumerate(nodes):
+            by_class.setdefault(topo.topology_class, (topo, []))[1].append(i)
+        prepared = (by_class, np.array([m for _, m, _ in nodes], dtype=np.int64),
+                    np.array([c == 1 for _, _, c in nodes]))
+        if homes is not None:
+            homes[(homes_key, "groups")] = prepared
+    by_class, masks, single = prepared
+    home_of: dict[int, np.ndarray] = {}
+    for j, u in enumerate(upcoming):
         if not u.measured:
-            for lst in keep:
-                lst.append(u)
             continue
-        tables = {cls: model_table(topo, u.effective_pattern(), memo)
-                  for cls, (topo, _) in by_class.items()}
-        known = [t for t in tables.values() if t is not None]
-        if not known:
+        hit = homes.get((homes_key, u.key())) if homes is not None else None
+        home = hit if hit is not None else _homes(by_class, masks, single, u, memo)
+        if homes is not None and hit is None:
+            homes[(homes_key, u.key())] = home
+        home_of[j] = home
+    out: list[tuple[Upcoming, ...]] = [()] * len(nodes)
+    if not home_of:
+        return out
+    for pos in np.flatnonzero(np.any(list(home_of.values()), axis=0)).tolist():
+        # a home weighs its own waiting jobs and every unpriced job ahead of them
+        out[pos] = trim([u for j, u in enumerate(upcoming)
+                         if not u.measured or home_of[j][pos]])
+    return out
+
+
+def _homes(by_class: dict[str, tuple[Topology, list[int]]], masks: np.ndarray,
+           single: np.ndarray, u: Upcoming, memo: Memo) -> np.ndarray:
+    """Which groups are waiting job ``u``'s one best home (``[G]`` bool)."""
+    tables = {cls: model_table(topo, u.effective_pattern(), memo)
+              for cls, (topo, _) in by_class.items()}
+    known = [t for t in tables.values() if t is not None]
+    if not known:
+        return np.zeros(masks.shape[0], dtype=bool)
+    cols = list(known[0].columns)
+    ideal = np.max([t.ideal[cols] for t in known], axis=0)
+    pen = np.full(masks.shape[0], np.inf)
+    for cls, (_, idx) in by_class.items():
+        table = tables[cls]
+        if table is None:
             continue
-        cols = list(known[0].columns)
-        ideal = np.max([t.ideal[cols] for t in known], axis=0)
-        pen = np.full(len(nodes), np.inf)
-        for cls, (_, idx) in by_class.items():
-            table = tables[cls]
-            if table is None:
-                continue
-            best = table.best[masks[idx]][:, cols]  # -inf where it does not fit
-            worst = (ideal / np.maximum(best, FLOOR_GBPS) - 1.0).max(axis=1)
-            pen[idx] = np.where(np.all(np.isfinite(best), axis=1), worst, np.inf)
-        order = np.argsort(pen, kind="stable")
-        first = int(order[0])
-        second = float(pen[order[1]]) if len(nodes) > 1 else np.inf
-        # the best other node's cost: the runner-up's for the best node, the best's for all
-        others = np.full(len(nodes), float(pen[first]))
-        others[first] = second
-        home = single & np.isfinite(pen) & (pen < others - TOLERANCE)
-        for pos in np.flatnonzero(home).tolist():
-            keep[pos].append(u)
-    return [trim(lst) for lst in keep]
+        best = table.best[masks[idx]][:, cols]  # -inf where it does not fit
+        worst = (ideal / np.maximum(best, FLOOR_GBPS) - 1.0).max(axis=1)
+        pen[idx] = np.where(np.all(np.isfinite(best), axis=1), worst, np.inf)
+    order = np.argsort(pen, kind="stable")
+    first = int(order[0])
+    second = float(pen[order[1]]) if masks.shape[0] > 1 else np.inf
+    # the best other node's cost: the runner-up's for the best node, the best's for all
+    others = np.full(masks.shape[0], float(pen[first]))
+    others[first] = second
+    home: np.ndarray = single & np.isfinite(pen) & (pen < others - TOLERANCE)
+    return home
 
 
 def trim(upcoming: Sequence[Upcoming]) -> tuple[Upcoming, ...]:
