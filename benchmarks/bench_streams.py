@@ -36,7 +36,7 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms import isomorphism
 
-from simulator.engine import Simulation
+from simulator.engine import DEFAULT_NODE_CHOICE, Simulation
 from simulator.many import many_seeds, mean_ratio_to_ideal, parse_seeds, table
 from simulator.report import makespan
 from simulator.workloads import load_workload
@@ -79,6 +79,8 @@ def register_twin(topology: Topology) -> bool:
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
+    # the twin is best-effort: kube-scheduler's LeastAllocated chooses its node
+    DEFAULT_NODE_CHOICE[TWIN] = DEFAULT_NODE_CHOICE["nvidia-best-effort"]
     if TWIN in policies():
         return True
     base = get_policy("nvidia-best-effort").fn

@@ -1,0 +1,112 @@
+"""What the lookahead costs filter + prioritize, in CPU time (issue 24: p99 within 1.2×).
+
+``bench_extender --compare-pending N`` measures the same over loopback HTTP, but on a shared
+2-core machine its wall-clock p99 swings by 2× between identical runs. This benchmark runs the
+extender in-process (no HTTP) and times each pod's filter + prioritize with the thread's CPU
+clock (``time.thread_time``), which other processes' load does not inflate, on the same stream
+twice: with no pod pending and with the stream's next N pods pending (what kube-scheduler's
+queue would hold), the cluster first filled to 70 % as ``bench_extender`` does; each pod is
+bound to the best-scored node and one running pod ends, so occupancy stays put. The first
+``--warmup`` pods are not timed (first-of-shape tables).
+
+Run: ``.venv/bin/python -m benchmarks.bench_lookahead [--pods 300] [--pending 8]``; writes
+``benchmarks/results/lookahead-cpu.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.bench_extender import _fill, machine, pct, pod
+
+OUT = Path(__file__).parent / "results" / "lookahead-cpu.json"
+
+
+def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
+           seed: int) -> dict[str, Any]:
+    """CPU ms of each pod's filter + prioritize over ``pods`` pods with ``pending`` pending."""
+    from scheduler_extender.app import create_app
+    from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+    from scheduler_extender.settings import ExtenderSettings
+    from scheduler_extender.state import MemoryState
+
+    logging.getLogger("gputopo.extender").setLevel(logging.ERROR)
+    topo = machine(name)
+    names = [f"n-{i:04d}" for i in range(nodes)]
+    state = MemoryState(dict.fromkeys(names, topo))
+    ext = create_app(ExtenderSettings(state="memory"), state).state.runtime.extender
+    running = _fill(ext, state, random.Random(seed))
+    rng = random.Random(seed + 1)
+    future = random.Random(seed + 2)
+    queue = [pod(future, 10_000_000 + i) for i in range(pods + pending)]
+    cpu: list[float] = []
+    for i in range(pods):
+        p = queue[i]
+        state.pending.clear()
+        for j, q in enumerate(queue[i + 1:i + 1 + pending]):
+            q["spec"]["schedulerName"] = state.pending.scheduler_name
+            q["metadata"]["creationTimestamp"] = f"2024-01-01T00:00:{j:02d}Z"
+            state.pending.observe(q)
+        args = ExtenderArgs.model_validate({"Pod": p, "NodeNames": names})
+        t = time.thread_time()
+        feasible = ext.filter(args)["NodeNames"] or []
+        scores = ext.prioritize(ExtenderArgs.model_validate(
+            {"Pod": p, "NodeNames": feasible})) if feasible else []
+        took = (time.thread_time() - t) * 1e3
+        if i >= warmup:
+            cpu.append(took)
+        if scores:
+            best = min(scores, key=lambda h: (-h["Score"], h["Host"]))["Host"]
+            res = ext.bind(ExtenderBindingArgs(PodName=p["metadata"]["name"],
+                                               PodNamespace="bench",
+                                               PodUID=p["metadata"]["uid"], Node=best))
+            if not res["Error"]:
+                running.append(p["metadata"]["name"])
+        if running:
+            state.delete_pod("bench", running.pop(rng.randrange(len(running))))
+    return {"p50_ms": round(pct(cpu, 50), 3), "p90_ms": round(pct(cpu, 90), 3),
+            "p99_ms": round(pct(cpu, 99), 3), "mean_ms": round(sum(cpu) / len(cpu), 3),
+            "pods_timed": len(cpu)}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pods", type=int, default=300)
+    ap.add_argument("--pending", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    rows = []
+    for name, nodes in (("dgx1-v100", 100), ("cubemesh16", 1000)):
+        none = stream(name, nodes, args.pods, 0, args.warmup, args.seed)
+        some = stream(name, nodes, args.pods, args.pending, args.warmup, args.seed)
+        row = {"machine": name, "nodes": nodes, "none": none, f"pending_{args.pending}": some,
+               "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
+               "ratio_p99": round(some["p99_ms"] / none["p99_ms"], 3)}
+        rows.append(row)
+        print(f"{name} x {nodes}: CPU ms per filter+prioritize, none p50 {none['p50_ms']} "
+              f"p99 {none['p99_ms']}; {args.pending} pending p50 {some['p50_ms']} "
+              f"p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} p99 {row['ratio_p99']}",
+              flush=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "lookahead-cpu",
+        "command": f"python -m benchmarks.bench_lookahead --pods {args.pods} --pending "
+                   f"{args.pending} --warmup {args.warmup} --seed {args.seed}",
+        "python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows,
+    }, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
