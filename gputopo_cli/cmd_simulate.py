@@ -83,7 +83,8 @@ def register(app: typer.Typer) -> None:
         from simulator.run import simulate as run
 
         if seeds is not None:
-            from simulator.many import many_seeds, parse_seeds, table, write
+            from simulator.many import many_seeds, parse_seeds, write
+            from simulator.many import table as many_table
 
             try:
                 doc = many_seeds(topology, workload, policies, parse_seeds(seeds),
@@ -93,7 +94,7 @@ def register(app: typer.Typer) -> None:
             except SimulationError as exc:
                 fail(str(exc))
             write(doc, out)
-            typer.echo(table(doc))
+            typer.echo(many_table(doc))
             typer.echo(f"wrote {out}/many.json, many.md")
             return
 
