@@ -149,8 +149,11 @@ class _PodRecord:
     pod: Mapping[str, Any]
     refs: list[PodClaimRef]
     reason: str = ""          # why it waits (last reported)
-    in_flight: bool = False   # writes running
     annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uid(self) -> str:
+        return str(_meta(self.pod).get("uid") or "")
 
 
 class Allocator:
@@ -188,6 +191,10 @@ class Allocator:
         self._nodes: dict[str, Mapping[str, Any]] = {}
         self._classes: dict[str, Mapping[str, Any]] = {}
         self._tried: dict[str, set[str]] = {}      # pod uid -> nodes kube-scheduler refused
+        # pod uids whose writes run (kept apart from the records, which every pod event
+        # replaces): a pod is never decided twice at once
+        self._busy: set[str] = set()
+        self._released: set[str] = set()           # pod uids whose gate this allocator removed
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(max_workers=writers,
                                            thread_name_prefix="gputopo-dra-write")
@@ -220,7 +227,9 @@ class Allocator:
                         self._by_claim.get(f"{key.split('/')[0]}/{r.claim}", set()).discard(key)
             if kind == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
                 self._pods.pop(key, None)
-                self._tried.pop(str(_meta(pod).get("uid") or ""), None)
+                uid = str(_meta(pod).get("uid") or "")
+                self._tried.pop(uid, None)
+                self._released.discard(uid)
                 self._queue.pop(key, None)
                 return
             refs = pod_claim_refs(pod)
@@ -228,8 +237,8 @@ class Allocator:
                 self._pods.pop(key, None)
                 return
             rec = _PodRecord(pod, refs)
-            if old is not None and _meta(old.pod).get("uid") == _meta(pod).get("uid"):
-                rec.reason, rec.in_flight = old.reason, old.in_flight
+            if old is not None and old.uid == rec.uid:
+                rec.reason = old.reason
                 rec.annotations = old.annotations
             self._pods[key] = rec
             ns = key.split("/")[0]
@@ -301,7 +310,7 @@ class Allocator:
 
     def _wake_waiting(self) -> None:
         for key, rec in self._pods.items():
-            if rec.reason and not rec.in_flight:
+            if rec.reason and rec.uid not in self._busy:
                 self._queue[key] = None
         self._wake.notify()
 
@@ -328,7 +337,7 @@ class Allocator:
         """Decide (and start writing) for pod ``key`` now (module docstring)."""
         with self._lock:
             rec = self._pods.get(key)
-            if rec is None or rec.in_flight:
+            if rec is None or rec.uid in self._busy:
                 return
             pod, refs = rec.pod, rec.refs
         ns = key.split("/")[0]
@@ -435,9 +444,12 @@ class Allocator:
                 self._enqueue(key)
             return
         with self._lock:
-            rec.in_flight = True
+            self._busy.add(uid)
             rec.reason = ""
             rec.annotations = assignment_annotations(decision, best.name)
+            current = self._pods.get(key)
+            if current is not None and current is not rec and current.uid == uid:
+                current.reason, current.annotations = "", rec.annotations
         log.info("pod %s -> %s gpus=%s effbw=%.1fGB/s policy=%s claims=%s", key, best.name,
                  ",".join(map(str, decision.mapping)), decision.effective_bandwidth_gbps,
                  decision.policy, ",".join(g.claim.name for g in grants))
@@ -500,6 +512,8 @@ class Allocator:
                 self.metrics.allocated_claims += 1
             self.api.release_pod(self._current(key, pod), rec.annotations)
             self.metrics.released_pods += 1
+            with self._lock:
+                self._released.add(uid)
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
             for g in grants:
@@ -531,11 +545,10 @@ class Allocator:
         """The writes of pod ``key`` (UID ``uid``) are over: clear its in-flight mark (on the
         record the pod watch may have replaced meanwhile) and, with ``retry``, try again."""
         with self._lock:
+            self._busy.discard(uid)
             rec = self._pods.get(key)
-            if rec is not None and _meta(rec.pod).get("uid") == uid:
-                rec.in_flight = False
-                if retry:
-                    self._enqueue(key)
+            if rec is not None and rec.uid == uid and retry:
+                self._enqueue(key)
 
     def _classes_snapshot(self) -> dict[str, Mapping[str, Any]]:
         with self._lock:
@@ -544,14 +557,12 @@ class Allocator:
     def _release(self, key: str, rec: _PodRecord) -> None:
         """Remove the gate of a pod that needs no (more) allocation."""
         pod = rec.pod
-        if not pod_gated(pod) or rec.in_flight:
-            with self._lock:
-                rec.reason = ""
-            return
-        meta = _meta(pod)
         with self._lock:
-            rec.in_flight = True
             rec.reason = ""
+            if not pod_gated(pod) or rec.uid in self._busy or rec.uid in self._released:
+                return
+            self._busy.add(rec.uid)
+        meta = _meta(pod)
 
         uid = str(meta.get("uid") or "")
 
@@ -559,6 +570,8 @@ class Allocator:
             try:
                 self.api.release_pod(self._current(key, pod), rec.annotations)
                 self.metrics.released_pods += 1
+                with self._lock:
+                    self._released.add(uid)
             except ApiError as exc:
                 log.warning("pod %s: removing the scheduling gate failed: %s", key, exc)
                 self._settle(key, uid, retry=exc.status != 404)

@@ -40,6 +40,7 @@ from scheduler_extender.state import (
     NodeTopologyError,
     NodeView,
     PodRef,
+    ReservationConflict,
     TopologyCache,
 )
 from topology.colocation.profile import builtin_catalog
@@ -285,8 +286,14 @@ class DraState(BookedViews):
             ReservationConflict: a GPU or share of it is already taken.
         """
         topo = self.node_topology(alloc.node)
-        self.book.add(replace(alloc, confirmed=False),
-                      topo if isinstance(topo, Topology) else None)
+        with self.book.lock:
+            held = self.book.get(alloc.pod.key)
+            if held is not None:  # never replace a claim's record: its GPUs would look free
+                raise ReservationConflict(
+                    f"claim {alloc.pod} already holds GPUs {held.gpus} on {held.node}"
+                    + ("" if held.confirmed else " (its write is in flight)"))
+            self.book.add(replace(alloc, confirmed=False),
+                          topo if isinstance(topo, Topology) else None)
 
     def unhold(self, claim_uid: str) -> None:
         """Drop a reservation whose write failed (a confirmed allocation stays)."""

@@ -294,3 +294,43 @@ def test_unsupported_requests_are_named(bad: dict[str, Any]) -> None:
     drain(alloc)
     assert api.events and "claim ns/c" in api.events[0][2]
     assert not [w for w in api.writes if w[0] == "claim"]
+
+
+def test_a_pod_event_during_its_writes_does_not_decide_it_twice() -> None:
+    """The pod watch replaces a pod's record on every event (the resourceclaim controller's
+    status update, say) while its claim write is in flight: the pod must not be decided again
+    (a second decision would take other GPUs and, until the first write showed up, leave the
+    first set looking free)."""
+    import threading
+
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    gate = threading.Event()
+    real = api.patch_claim_status
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate.wait(10)
+        return real(*args, **kwargs)
+
+    api.patch_claim_status = slow  # type: ignore[method-assign]
+    pod = pod_obj("ns", "p", [("g", "c")])
+    again = copy.deepcopy(pod)
+    again["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+    decide = alloc.decider.decide
+
+    def decide_while_the_pod_changes(*args: Any, **kwargs: Any) -> Any:
+        alloc.on_pod("MODIFIED", again)  # the watch thread, in the middle of the decision
+        return decide(*args, **kwargs)
+
+    alloc.decider.decide = decide_while_the_pod_changes  # type: ignore[method-assign]
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod)
+    alloc.sync("ns/p")  # decides, the write now waits
+    alloc.decider.decide = decide  # type: ignore[method-assign]
+    alloc.sync("ns/p")  # must not decide again
+    assert [w for w in api.writes if w[0] == "claim"] == []
+    held = alloc.state.book.all()
+    assert len(held) == 1 and not held[0].confirmed
+    gate.set()
+    drain(alloc)
+    assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/c")]
+    assert len(_indices(api.claims["ns/c"])) == 2
