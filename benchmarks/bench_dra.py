@@ -13,18 +13,24 @@ Three parts (``--parts``, all by default):
   nodes whose slices the real ``gputopo dra-driver`` publishes, one fresh cluster per model:
   NVIDIA's model (the driver without its allocator taint, no gputopo allocator: kube-scheduler
   allocates), the same with the pcieRoot constraint in the claim templates of 1–2 GPUs, and
-  gputopo's DRA mode (taint + ``gputopo dra-allocator`` + the gate). Jobs run for their
+  gputopo's DRA mode (``gputopo dra-allocator`` and the gate). Jobs run for their
   simulated time divided by ``--time-scale`` (kwok completes a pod when its
   ``kwok.gputopo.io/run-duration`` passes; the duration is set from the EffBW of the GPUs the
   pod got, with the simulator's run-time model). EffBW of the sensitive multi-GPU claims and
   makespan (scaled back).
-* ``throughput`` — pods/s through the same kube-scheduler in DRA mode vs device-plugin mode, one
-  run each, on one control plane: ``--tp-nodes`` DGX-1 V100 nodes of each kind, ``--tp-pods``
-  pods of 1–2 whole GPUs per mode, all created at once; pods/s from the first create to the
-  last bind.
+* ``throughput`` — pods/s through the same kube-scheduler on one control plane with
+  ``--tp-nodes`` DGX-1 V100 nodes of each kind: device-plugin mode (the extender decides and
+  binds), gputopo's DRA mode (the allocator, the gate), and DRA with kube-scheduler allocating
+  (NVIDIA's model: the allocator stopped, a namespace the gate skips) — ``--tp-pods`` pods of
+  1–2 GPUs each, created by 8 threads, one run each, ``stream`` (created → all bound) and
+  ``backlog`` (kube-scheduler started once the pods wait; first → last bind), with every
+  component's CPU per pod.
+* ``admission`` — kube-apiserver CPU per pod creation with and without the scheduling-gate
+  policy.
 
-Run: ``.venv/bin/python -m benchmarks.bench_dra [--parts sim,scheduler,throughput]``; prints
-Markdown tables and writes ``benchmarks/results/dra.json``.
+Run: ``.venv/bin/python -m benchmarks.bench_dra`` (``--parts`` a subset of
+``sim,scheduler,throughput,admission``); prints Markdown tables and writes
+``benchmarks/results/dra.json``.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ from topology.policies.memo import Memo
 RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = ("dra-first-fit", "dra-first-fit-pcieroot", "gputopo")
 ANN_RUN = "kwok.gputopo.io/run-duration"
+#: Namespace of the DRA pods kube-scheduler allocates itself (the gate policy skips it).
+KS_NAMESPACE = "bench-kube-scheduler"
 
 
 # ------------------------------------------------------------------------------ simulator
@@ -212,26 +220,33 @@ def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
     from benchmarks.bench_scheduler import RUN_LABEL, BindWatch
     from localcluster import ControlPlane, find_binaries
     from localcluster.controlplane import wait_until
-    from localcluster.dra import DraCluster, DraPod, claim_gpus
+    from localcluster.dra import DraClient, DraCluster, DraPod, claim_gpus
     from localcluster.gpucluster import GpuPod, add_gpu_node
 
     rng = np.random.default_rng(7)
     sizes = [int(k) for k in rng.integers(1, 3, size=pods)]
     out: dict[str, Any] = {"nodes_per_mode": nodes, "pods": pods, "gpus_asked": sum(sizes)}
+    nogate = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
+                                    "operator": "NotIn", "values": [KS_NAMESPACE]}]}
+    untaint = ("--no-allocator-taint",) if _driver_taints() else ()
     with ControlPlane(find_binaries()) as cp, DraCluster(cp) as dc:
-        dc.start([(f"dra-{i}", "dgx1-v100") for i in range(nodes)])
+        dc.start([(f"dra-{i}", "dgx1-v100") for i in range(nodes)], driver_args=untaint,
+                 values={"draAllocator": {"gate": {"namespaceSelector": nogate}}})
         for i in range(nodes):
             dc.nodes[f"dp-{i}"] = add_gpu_node(cp, f"dp-{i}", "dgx1-v100")
         client = dc.client
+        cp.create_default_serviceaccount(KS_NAMESPACE)
+        ks = DraClient(cp.api_client(), KS_NAMESPACE, dc.scheduler_name)
         for k in (1, 2):
             client.create_claim_template(f"gpus-{k}", gpus=k)
+            ks.create_claim_template(f"gpus-{k}", gpus=k)
         config = dc.scheduler_config
         procs = {p.name: p.pid for p in cp.processes if p.pid}
         for comp in (dc.extender, dc.allocator):
             if comp is not None and comp.pid and comp.process is not None:
                 procs[comp.process.name] = comp.pid
         for way in ("stream", "backlog"):
-            for mode in ("device-plugin", "dra"):
+            for mode in ("device-plugin", "dra", "dra-kube-scheduler"):
                 run = f"{way[:2]}-{mode[:3]}"
                 names = [f"{run}-{i}" for i in range(pods)]
                 labels = {RUN_LABEL: run}
@@ -241,11 +256,16 @@ def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
                     name, k = pair
                     if mode == "dra":
                         client.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
+                    elif mode == "dra-kube-scheduler":
+                        ks.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
                     else:
                         dc.create_pod(GpuPod(name, gpus=k, labels=labels))
 
+                if mode == "dra-kube-scheduler" and dc.allocator is not None:
+                    dc.allocator.stop()  # kube-scheduler allocates (NVIDIA's model)
                 if way == "backlog":
                     dc.stop_scheduler()
+                dc.namespace = ks.namespace if mode == "dra-kube-scheduler" else client.namespace
                 watch = BindWatch(dc, run).start()
                 cpu0 = {n: _cpu_s(p) for n, p in procs.items()}
                 t0 = time.monotonic()
@@ -263,7 +283,7 @@ def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
 
                         wait_until(allocated, timeout_s, "claims allocated", interval_s=0.1)
                     dc.start_scheduler(config)
-                watch.wait(pods, timeout_s)
+                watch.wait(pods, min(timeout_s, 180.0))
                 watch.stop()
                 first, last = min(watch.bound.values()), max(watch.bound.values())
                 span = last - (first if way == "backlog" else t0)
@@ -275,16 +295,60 @@ def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
                         for n, p in procs.items() if Path(f"/proc/{p}").exists()}
                 out[f"{way}/{mode}"] = row
                 dc.delete_all_pods()
+                dc.namespace = client.namespace
+                if mode == "dra-kube-scheduler":
+                    dc.start_allocator()
+                    if dc.allocator is not None and dc.allocator.pid is not None:
+                        procs["gputopo-dra-allocator"] = dc.allocator.pid
                 procs.update({p.name: p.pid for p in cp.processes if p.pid})
     for way in ("stream", "backlog"):
-        out[f"ratio_{way}"] = round(out[f"{way}/dra"]["pods_per_s"]
-                                    / out[f"{way}/device-plugin"]["pods_per_s"], 3)
+        dp = out[f"{way}/device-plugin"]["pods_per_s"]
+        out[f"ratio_{way}"] = round(out[f"{way}/dra"]["pods_per_s"] / dp, 3)
+        out[f"ratio_{way}_kube_scheduler"] = round(
+            out[f"{way}/dra-kube-scheduler"]["pods_per_s"] / dp, 3)
     return out
 
 
+def part_admission(pods: int, repeats: int = 2) -> dict[str, Any]:
+    """kube-apiserver CPU per pod creation with and without the chart's scheduling-gate
+    policy (MutatingAdmissionPolicy), ``pods`` pods with a claim by 8 threads, alternating, on
+    a fresh control plane each: what the gate costs the API server."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from localcluster import ControlPlane, find_binaries
+    from localcluster.dra import DraPod, apply_objects, dra_objects
+
+    out: dict[str, list[float]] = {"none": [], "gate": []}
+    for _ in range(repeats):
+        for which in ("none", "gate"):
+            with ControlPlane(find_binaries()) as cp:
+                cp.create_default_serviceaccount("default")
+                if which == "gate":
+                    apply_objects(cp, [o for o in dra_objects()
+                                       if o["kind"].startswith("MutatingAdmissionPolicy")])
+                    time.sleep(3)  # the policy is compiled and active
+                core = cp.core_v1()
+                api = next(p.pid for p in cp.processes if p.name == "kube-apiserver")
+                assert api is not None
+                before = _cpu_s(api)
+
+                def create(i: int, core: Any = core) -> None:
+                    core.create_namespaced_pod("default", DraPod(f"g{i}", template="x")
+                                               .manifest())
+
+                with ThreadPoolExecutor(8) as ex:
+                    list(ex.map(create, range(pods)))
+                out[which].append(round(1000 * (_cpu_s(api) - before) / pods, 2))
+    return {"pods": pods, "apiserver_cpu_ms_per_create": out,
+            "gate_cost_ms": round(float(np.median(out["gate"]) - np.median(out["none"])), 2)}
+
+
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU seconds of a process so far (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / 100.0
 
 
@@ -315,24 +379,32 @@ def table(doc: Mapping[str, Any]) -> str:
         t = doc["throughput"]
         lines += ["Throughput through one kube-scheduler, pods/s (stream: created → all bound; "
                   "backlog: first → last bind):", "",
-                  "| way | device-plugin | DRA (gputopo) | DRA / device-plugin |",
-                  "|---|---:|---:|---:|"]
+                  "| way | device-plugin | DRA, gputopo | DRA, kube-scheduler allocates | "
+                  "gputopo DRA / device-plugin | kube-scheduler DRA / device-plugin |",
+                  "|---|---:|---:|---:|---:|---:|"]
         for way in ("stream", "backlog"):
             lines.append(f"| {way} | {t[way + '/device-plugin']['pods_per_s']} | "
-                         f"{t[way + '/dra']['pods_per_s']} | {t['ratio_' + way]} |")
+                         f"{t[way + '/dra']['pods_per_s']} | "
+                         f"{t[way + '/dra-kube-scheduler']['pods_per_s']} | "
+                         f"{t['ratio_' + way]} | {t['ratio_' + way + '_kube_scheduler']} |")
         lines.append("")
+    if "admission" in doc:
+        a = doc["admission"]
+        lines += [f"kube-apiserver CPU per pod creation, ms: without the gate policy "
+                  f"{a['apiserver_cpu_ms_per_create']['none']}, with it "
+                  f"{a['apiserver_cpu_ms_per_create']['gate']} (+{a['gate_cost_ms']})", ""]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_dra")
-    ap.add_argument("--parts", default="sim,scheduler,throughput")
+    ap.add_argument("--parts", default="sim,scheduler,throughput,admission")
     ap.add_argument("--jobs", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scheduler-jobs", type=int, default=120)
     ap.add_argument("--time-scale", type=float, default=50.0)
     ap.add_argument("--tp-nodes", type=int, default=8)
-    ap.add_argument("--tp-pods", type=int, default=40)
+    ap.add_argument("--tp-pods", type=int, default=32)
     ap.add_argument("--timeout", type=float, default=1200.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "dra.json")
     args = ap.parse_args(argv)
@@ -346,6 +418,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           args.timeout)
     if "throughput" in parts:
         doc["throughput"] = part_throughput(args.tp_nodes, args.tp_pods, args.timeout)
+    if "admission" in parts:
+        doc["admission"] = part_admission(300)
     doc["loadavg_after"] = list(os.getloadavg())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=2) + "\n")

@@ -85,8 +85,8 @@ def register_cluster(app: typer.Typer) -> None:
         timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for it (1-3600)")] = 600.0,
     ) -> None:
         """Start the cluster in the background and print its kubeconfig path; it runs until
-        `gputopo cluster down`. Needs the control-plane binaries (built on first use by the
-        e2e tests or scripts/build-k8s-tools.sh)."""
+        `gputopo cluster down`. The first run builds the control-plane binaries (minutes;
+        cached in ~/.cache/gputopo)."""
         from localcluster import BinariesUnavailable, find_binaries
         from localcluster.standing import MODES, ClusterUpError, default_state_dir
         from localcluster.standing import up as start
@@ -104,7 +104,13 @@ def register_cluster(app: typer.Typer) -> None:
         except (NodesSpecError, UnknownPolicy) as exc:
             fail(str(exc))
         try:
-            find_binaries()
+            try:
+                find_binaries(allow_build=False)
+            except BinariesUnavailable:
+                print("building the control-plane binaries from the Go module proxy (first run "
+                      "only, several minutes; log in ~/.cache/gputopo/build-k8s-tools.log) ...",
+                      flush=True)
+                find_binaries()
         except BinariesUnavailable as exc:
             fail(f"control-plane binaries unavailable: {exc}", 1)
         where = state_dir or default_state_dir()
