@@ -12,8 +12,8 @@ divided by ``--scale``:
   when the pod starts (go-gpuallocator's best-effort preferred allocation:
   ``nvidia-best-effort`` on the node's free GPUs, in bind order). A gang's first pods hold
   their GPUs until its last one is placed; a gang not whole 600 s (scaled) after its first pod
-  has its pods deleted — torchrun's rendezvous timing out — and the Job controller recreates
-  them.
+  fails — torchrun's rendezvous timing out — and is submitted again (a new Job: the Job
+  controller's failure backoff is not scaled with the replay's time, so it is left out).
 * **gputopo** — kube-scheduler with the gputopo extender (the Helm chart's configuration) and
   ``gputopo planner``: every job is a suspended Indexed Job the planner admits whole
   (``planner/gang.py``: the tightest domain, by bandwidth, then PreservedBW), the extender
@@ -130,6 +130,7 @@ class JobState:
     partial_gpu_s: float = 0.0
     succeeded: set[str] = field(default_factory=set)
     nodes: tuple[str, ...] = ()
+    kname: str = ""  # the Job object's name (a restarted job gets a new one)
 
 
 class Replay:
@@ -273,13 +274,25 @@ class Replay:
                         st.partial_since = None
                         victims.append((name, list(st.bound)))
             last = now
-            for _, pods in victims:
-                for pname in pods:
-                    try:
-                        self.gc.core.delete_namespaced_pod(pname, NAMESPACE,
-                                                           grace_period_seconds=0)
-                    except Exception:  # noqa: BLE001 - gone already
-                        pass
+            for name, _ in victims:
+                self._restart(self.jobs[name])
+
+    def _restart(self, st: JobState) -> None:
+        """The rendezvous gave up: the training job fails and is submitted again (a new Job
+        object: its pods come back at once, not after the Job controller's failure backoff,
+        which is not scaled with the replay's time)."""
+        from kubernetes import client as k8s
+
+        batch = k8s.BatchV1Api(self.gc.cp.api_client())
+        try:
+            batch.delete_namespaced_job(st.kname, NAMESPACE, propagation_policy="Background",
+                                        grace_period_seconds=0)
+        except Exception as exc:  # noqa: BLE001 - reported
+            self.errors.append(f"{st.kname}: not deleted: {exc}")
+        st.kname = f"{job_name(st.job)}-r{st.timeouts}"
+        obj = manifest(st.job, self.stack, self.run)
+        obj["metadata"]["name"] = st.kname
+        batch.create_namespaced_job(NAMESPACE, cast(Any, obj))
 
     def execute(self) -> dict[str, Any]:
         """Submit the stream on time, follow it to the last completion; the stack's row."""
@@ -299,6 +312,7 @@ class Replay:
                 time.sleep(wait)
             st = self.jobs[job_name(job)]
             st.submitted = time.monotonic()
+            st.kname = job_name(job)
             batch.create_namespaced_job(NAMESPACE, cast(Any, manifest(job, self.stack,
                                                                      self.run)))
         horizon = sum(j.runtime_s * j.pods for j in self.wl.jobs) / self.scale * 3 + 600
