@@ -275,7 +275,12 @@ class Replay:
                         victims.append((name, list(st.bound)))
             last = now
             for name, _ in victims:
-                self._restart(self.jobs[name])
+                try:
+                    self._restart(self.jobs[name])
+                except Exception as exc:  # noqa: BLE001 - keep watching; reported
+                    self.errors.append(f"{name}: restart failed: {exc}")
+                    print(f"  {name}: restart failed: {' '.join(str(exc).split())[:300]}",
+                          flush=True)
 
     def _restart(self, st: JobState) -> None:
         """The rendezvous gave up: the training job fails and is submitted again (a new Job
