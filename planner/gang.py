@@ -41,7 +41,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planner.cluster import job_of, pod_gpus, pod_terminal
-from planner.jobs import HOSTNAME_LABEL, _meta, _time_or_none, format_time, gpu_container
+from planner.jobs import (
+    HOSTNAME_LABEL,
+    JobLifecycle,
+    _meta,
+    _time_or_none,
+    format_time,
+    gpu_container,
+)
 from topology.contract import (
     ANN_BW_SENSITIVE,
     ANN_COMPLETION_INDEX,
@@ -73,7 +80,7 @@ CHOOSERS = {"gputopo": choose, "kueue-tas": choose_kueue}
 
 
 @dataclass(frozen=True)
-class ManagedGang:
+class ManagedGang(JobLifecycle):
     """What the planner reads from one gang Job.
 
     Attributes:
@@ -111,26 +118,6 @@ class ManagedGang:
     completed: frozenset[int] = frozenset()
     created_s: float = 0.0
     error: str = ""
-
-    @property
-    def key(self) -> str:
-        """``namespace/name``."""
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def running(self) -> bool:
-        """Admitted (not suspended) and not finished."""
-        return not self.finished and not self.suspended
-
-    @property
-    def stopping(self) -> bool:
-        """Suspended while its pods are still going."""
-        return not self.finished and self.suspended and (self.active > 0 or self.started)
-
-    @property
-    def waiting(self) -> bool:
-        """Suspended with no pods: holds nothing, may be admitted."""
-        return not self.finished and self.suspended and self.active == 0 and not self.started
 
     def gang(self) -> Gang:
         """The gang as the choosers take it.

@@ -77,8 +77,40 @@ def format_time(seconds: float) -> str:
         "+00:00", "Z")
 
 
+class JobLifecycle:
+    """Where a planner-managed Job (one pod, :class:`ManagedJob`, or a gang,
+    :class:`planner.gang.ManagedGang`) stands, from its suspension and its pods' counts."""
+
+    namespace: str
+    name: str
+    suspended: bool
+    active: int
+    started: bool
+    finished: bool
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def running(self) -> bool:
+        """Resumed by the planner (its pods run or are being scheduled) and not finished."""
+        return not self.finished and not self.suspended
+
+    @property
+    def stopping(self) -> bool:
+        """Suspended, but its pods are still going or its template is not mutable yet."""
+        return not self.finished and self.suspended and (self.active > 0 or self.started)
+
+    @property
+    def waiting(self) -> bool:
+        """Suspended with no pods: holds nothing; the planner may start it."""
+        return not self.finished and self.suspended and self.active == 0 and not self.started
+
+
 @dataclass(frozen=True)
-class ManagedJob:
+class ManagedJob(JobLifecycle):
     """What the planner reads from one managed Job.
 
     Attributes:
@@ -127,26 +159,6 @@ class ManagedJob:
     created_s: float = 0.0
     finished_s: float | None = None
     error: str = ""
-
-    @property
-    def key(self) -> str:
-        """``namespace/name``."""
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def running(self) -> bool:
-        """Resumed by the planner (its pod runs or is being scheduled)."""
-        return not self.finished and not self.suspended
-
-    @property
-    def stopping(self) -> bool:
-        """Suspended, but its pods are still going or its template is not mutable yet."""
-        return not self.finished and self.suspended and (self.active > 0 or self.started)
-
-    @property
-    def waiting(self) -> bool:
-        """Suspended with no pods: the planner may start it anywhere."""
-        return not self.finished and self.suspended and self.active == 0 and not self.started
 
     @property
     def remaining_epochs(self) -> int:
