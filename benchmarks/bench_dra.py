@@ -203,10 +203,25 @@ def _add_pcie_constraint(client: Any, template: str) -> None:
 
 
 # ---------------------------------------------------------------------------- throughput
-def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
+#: The DeviceClass of the DRA pods kube-scheduler allocates itself: gputopo's whole-GPU
+#: devices under another name, so gputopo's allocator leaves their claims alone (it stays up,
+#: warm, as in a cluster where other classes' pods come and go).
+KS_CLASS = "first-fit.bench.gputopo.io"
+SHORT = {"device-plugin": "dp", "dra": "gt", "dra-kube-scheduler": "ks"}
+
+
+def _ks_class() -> dict[str, Any]:
+    from topology import dra
+
+    gpu = next(c for c in dra.device_classes() if c["metadata"]["name"] == dra.CLASS_GPU)
+    return {**gpu, "metadata": {"name": KS_CLASS}}
+
+
+def part_throughput(nodes: int, pods: int, timeout_s: float, repeats: int = 3) -> dict[str, Any]:
     """pods/s through one kube-scheduler, device-plugin mode and DRA mode (gputopo's
     allocator), on one control plane: ``nodes`` DGX-1 V100 of each kind, the same ``pods``
-    pods of 1–2 GPUs in each run, created by 8 threads. Two ways, one run each:
+    pods of 1–2 GPUs in each run, created by 8 threads. Two ways, ``repeats`` rounds of every
+    mode (alternating; the median is reported, every round kept):
 
     * ``stream`` — kube-scheduler running; from the first create to the last bind: the whole
       pipeline (in DRA mode the resourceclaim controller's claims and the allocator too);
@@ -214,21 +229,24 @@ def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
       claims made and allocated); then started; from the first bind to the last: what the
       scheduler sustains.
 
-    The CPU each component spent per pod in the stream runs is recorded beside them."""
+    The CPU each component spent per pod in the stream runs is recorded beside them (median
+    over the rounds)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from benchmarks.bench_scheduler import RUN_LABEL, BindWatch
     from localcluster import ControlPlane, find_binaries
     from localcluster.controlplane import wait_until
-    from localcluster.dra import DraClient, DraCluster, DraPod, claim_gpus
+    from localcluster.dra import DraClient, DraCluster, DraPod, apply_objects, claim_gpus
     from localcluster.gpucluster import GpuPod, add_gpu_node
 
     rng = np.random.default_rng(7)
     sizes = [int(k) for k in rng.integers(1, 3, size=pods)]
-    out: dict[str, Any] = {"nodes_per_mode": nodes, "pods": pods, "gpus_asked": sum(sizes)}
+    out: dict[str, Any] = {"nodes_per_mode": nodes, "pods": pods, "gpus_asked": sum(sizes),
+                           "repeats": repeats}
     nogate = {"matchExpressions": [{"key": "kubernetes.io/metadata.name",
                                     "operator": "NotIn", "values": [KS_NAMESPACE]}]}
     untaint = ("--no-allocator-taint",) if _driver_taints() else ()
+    rounds: dict[str, list[dict[str, Any]]] = {}
     with ControlPlane(find_binaries()) as cp, DraCluster(cp) as dc:
         dc.start([(f"dra-{i}", "dgx1-v100") for i in range(nodes)], driver_args=untaint,
                  values={"draAllocator": {"gate": {"namespaceSelector": nogate}}})
@@ -236,76 +254,88 @@ def part_throughput(nodes: int, pods: int, timeout_s: float) -> dict[str, Any]:
             dc.nodes[f"dp-{i}"] = add_gpu_node(cp, f"dp-{i}", "dgx1-v100")
         client = dc.client
         cp.create_default_serviceaccount(KS_NAMESPACE)
+        apply_objects(cp, [_ks_class()])
         ks = DraClient(cp.api_client(), KS_NAMESPACE, dc.scheduler_name)
         for k in (1, 2):
             client.create_claim_template(f"gpus-{k}", gpus=k)
-            ks.create_claim_template(f"gpus-{k}", gpus=k)
+            ks.create_claim_template(f"gpus-{k}", gpus=k, device_class=KS_CLASS)
         config = dc.scheduler_config
         procs = {p.name: p.pid for p in cp.processes if p.pid}
         for comp in (dc.extender, dc.allocator):
             if comp is not None and comp.pid and comp.process is not None:
                 procs[comp.process.name] = comp.pid
-        for way in ("stream", "backlog"):
-            for mode in ("device-plugin", "dra", "dra-kube-scheduler"):
-                run = f"{way[:2]}-{mode[:3]}"
-                names = [f"{run}-{i}" for i in range(pods)]
-                labels = {RUN_LABEL: run}
+        for rep in range(repeats):
+            for way in ("stream", "backlog"):
+                for mode in ("device-plugin", "dra", "dra-kube-scheduler"):
+                    run = f"{way[:2]}-{SHORT[mode]}-{rep}"
+                    names = [f"{run}-{i}" for i in range(pods)]
+                    labels = {RUN_LABEL: run}
 
-                def create(pair: tuple[str, int], mode: str = mode,
-                           labels: dict[str, str] = labels) -> None:
-                    name, k = pair
-                    if mode == "dra":
-                        client.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
-                    elif mode == "dra-kube-scheduler":
-                        ks.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
-                    else:
-                        dc.create_pod(GpuPod(name, gpus=k, labels=labels))
+                    def create(pair: tuple[str, int], mode: str = mode,
+                               labels: dict[str, str] = labels) -> None:
+                        name, k = pair
+                        if mode == "dra":
+                            client.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
+                        elif mode == "dra-kube-scheduler":
+                            ks.create_pod(DraPod(name, template=f"gpus-{k}", labels=labels))
+                        else:
+                            dc.create_pod(GpuPod(name, gpus=k, labels=labels))
 
-                if mode == "dra-kube-scheduler" and dc.allocator is not None:
-                    dc.allocator.stop()  # kube-scheduler allocates (NVIDIA's model)
-                if way == "backlog":
-                    dc.stop_scheduler()
-                dc.namespace = ks.namespace if mode == "dra-kube-scheduler" else client.namespace
-                watch = BindWatch(dc, run).start()
-                cpu0 = {n: _cpu_s(p) for n, p in procs.items()}
-                t0 = time.monotonic()
-                with ThreadPoolExecutor(8) as ex:
-                    list(ex.map(create, zip(names, sizes, strict=True)))
-                if way == "backlog":
-                    if mode == "dra":  # the allocator works while the scheduler is off
-                        wanted = set(names)
+                    if way == "backlog":
+                        dc.stop_scheduler()
+                    dc.namespace = (ks.namespace if mode == "dra-kube-scheduler"
+                                    else client.namespace)
+                    watch = BindWatch(dc, run).start()
+                    cpu0 = {n: _cpu_s(p) for n, p in procs.items()}
+                    t0 = time.monotonic()
+                    with ThreadPoolExecutor(8) as ex:
+                        list(ex.map(create, zip(names, sizes, strict=True)))
+                    if way == "backlog":
+                        if mode == "dra":  # the allocator works while the scheduler is off
+                            wanted = set(names)
 
-                        def allocated(wanted: set[str] = wanted) -> bool:
-                            owners = [(c["metadata"].get("ownerReferences") or [{}])[0]
-                                      .get("name") for c in client.list_claims()
-                                      if claim_gpus(c) is not None]
-                            return len(wanted & set(owners)) == len(wanted)
+                            def allocated(wanted: set[str] = wanted) -> bool:
+                                owners = [(c["metadata"].get("ownerReferences") or [{}])[0]
+                                          .get("name") for c in client.list_claims()
+                                          if claim_gpus(c) is not None]
+                                return len(wanted & set(owners)) == len(wanted)
 
-                        wait_until(allocated, timeout_s, "claims allocated", interval_s=0.1)
-                    dc.start_scheduler(config)
-                watch.wait(pods, min(timeout_s, 180.0))
-                watch.stop()
-                first, last = min(watch.bound.values()), max(watch.bound.values())
-                span = last - (first if way == "backlog" else t0)
-                row: dict[str, Any] = {"pods_per_s": round(pods / span, 2),
-                                       "seconds": round(span, 2)}
-                if way == "stream":
-                    row["cpu_ms_per_pod"] = {
-                        n: round(1000 * (_cpu_s(p) - cpu0[n]) / pods, 1)
-                        for n, p in procs.items() if Path(f"/proc/{p}").exists()}
-                out[f"{way}/{mode}"] = row
-                dc.delete_all_pods()
-                dc.namespace = client.namespace
-                if mode == "dra-kube-scheduler":
-                    dc.start_allocator()
-                    if dc.allocator is not None and dc.allocator.pid is not None:
-                        procs["gputopo-dra-allocator"] = dc.allocator.pid
-                procs.update({p.name: p.pid for p in cp.processes if p.pid})
+                            wait_until(allocated, timeout_s, "claims allocated",
+                                       interval_s=0.1)
+                        dc.start_scheduler(config)
+                    watch.wait(pods, min(timeout_s, 180.0))
+                    watch.stop()
+                    first, last = min(watch.bound.values()), max(watch.bound.values())
+                    span = last - (first if way == "backlog" else t0)
+                    row: dict[str, Any] = {"pods_per_s": round(pods / span, 2),
+                                           "seconds": round(span, 2)}
+                    if way == "stream":
+                        row["cpu_ms_per_pod"] = {
+                            n: round(1000 * (_cpu_s(p) - cpu0[n]) / pods, 1)
+                            for n, p in procs.items() if Path(f"/proc/{p}").exists()}
+                    rounds.setdefault(f"{way}/{mode}", []).append(row)
+                    dc.delete_all_pods()
+                    dc.namespace = client.namespace
+                    procs.update({p.name: p.pid for p in cp.processes if p.pid})
+    for key, rows in rounds.items():
+        med: dict[str, Any] = {
+            "pods_per_s": round(float(np.median([r["pods_per_s"] for r in rows])), 2),
+            "rounds_pods_per_s": [r["pods_per_s"] for r in rows]}
+        if "cpu_ms_per_pod" in rows[0]:
+            comps = sorted({c for r in rows for c in r["cpu_ms_per_pod"]})
+            med["cpu_ms_per_pod"] = {c: round(float(np.median(
+                [r["cpu_ms_per_pod"].get(c, 0.0) for r in rows])), 1) for c in comps}
+            med["cpu_ms_per_pod"]["total"] = round(sum(med["cpu_ms_per_pod"].values()), 1)
+            med["rounds_cpu_ms_per_pod"] = [r["cpu_ms_per_pod"] for r in rows]
+        out[key] = med
     for way in ("stream", "backlog"):
         dp = out[f"{way}/device-plugin"]["pods_per_s"]
         out[f"ratio_{way}"] = round(out[f"{way}/dra"]["pods_per_s"] / dp, 3)
         out[f"ratio_{way}_kube_scheduler"] = round(
             out[f"{way}/dra-kube-scheduler"]["pods_per_s"] / dp, 3)
+        out[f"ratio_{way}_rounds"] = [
+            round(a["pods_per_s"] / b["pods_per_s"], 3)
+            for a, b in zip(rounds[f"{way}/dra"], rounds[f"{way}/device-plugin"], strict=True)]
     return out
 
 
@@ -388,6 +418,17 @@ def table(doc: Mapping[str, Any]) -> str:
                          f"{t[way + '/dra-kube-scheduler']['pods_per_s']} | "
                          f"{t['ratio_' + way]} | {t['ratio_' + way + '_kube_scheduler']} |")
         lines.append("")
+        if "cpu_ms_per_pod" in t.get("stream/dra", {}):
+            comps = sorted({c for m in ("device-plugin", "dra", "dra-kube-scheduler")
+                            for c in t[f"stream/{m}"]["cpu_ms_per_pod"]} - {"total"})
+            lines += ["CPU per pod in the stream runs, ms (median of the rounds):", "",
+                      "| component | device-plugin | DRA, gputopo | DRA, kube-scheduler |",
+                      "|---|---:|---:|---:|"]
+            for c in [*comps, "total"]:
+                lines.append("| " + c + " | " + " | ".join(
+                    str(t[f"stream/{m}"]["cpu_ms_per_pod"].get(c, 0.0))
+                    for m in ("device-plugin", "dra", "dra-kube-scheduler")) + " |")
+            lines.append("")
     if "admission" in doc:
         a = doc["admission"]
         lines += [f"kube-apiserver CPU per pod creation, ms: without the gate policy "
@@ -405,27 +446,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--time-scale", type=float, default=50.0)
     ap.add_argument("--tp-nodes", type=int, default=8)
     ap.add_argument("--tp-pods", type=int, default=32)
+    ap.add_argument("--tp-repeats", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=1200.0)
     ap.add_argument("--out", type=Path, default=RESULTS / "dra.json")
     args = ap.parse_args(argv)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    doc: dict[str, Any] = {"command": " ".join(["python -m benchmarks.bench_dra", *sys.argv[1:]]),
-                           "loadavg_before": list(os.getloadavg())}
-    if "sim" in parts:
-        doc["sim"] = part_sim(args.jobs, args.seed)
-    if "scheduler" in parts:
-        doc["scheduler"] = part_scheduler(args.scheduler_jobs, args.seed, args.time_scale,
-                                          args.timeout)
-    if "throughput" in parts:
-        doc["throughput"] = part_throughput(args.tp_nodes, args.tp_pods, args.timeout)
-    if "admission" in parts:
-        doc["admission"] = part_admission(300)
-    doc["loadavg_after"] = list(os.getloadavg())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    # the file of record holds every part: a run replaces only the parts it ran
+    doc: dict[str, Any] = {}
+    if args.out.exists():
+        doc = json.loads(args.out.read_text())
+    runs: dict[str, Any] = doc.setdefault("runs", {})
+    if "command" in doc:  # the earlier layout: one command for the whole file
+        old = {"command": doc.pop("command"), "loadavg_before": doc.pop("loadavg_before", None),
+               "loadavg_after": doc.pop("loadavg_after", None)}
+        for part in ("sim", "scheduler", "throughput", "admission"):
+            if part in doc and part not in runs:
+                runs[part] = old
+    command = " ".join(["python -m benchmarks.bench_dra", *sys.argv[1:]])
+    jobs = {
+        "sim": lambda: part_sim(args.jobs, args.seed),
+        "scheduler": lambda: part_scheduler(args.scheduler_jobs, args.seed, args.time_scale,
+                                            args.timeout),
+        "throughput": lambda: part_throughput(args.tp_nodes, args.tp_pods, args.timeout,
+                                              args.tp_repeats),
+        "admission": lambda: part_admission(300),
+    }
+    for part in ("sim", "scheduler", "throughput", "admission"):
+        if part not in parts:
+            continue
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        before, t0 = _uptime(), time.monotonic()
+        doc[part] = jobs[part]()
+        runs[part] = {"command": command, "started": start,
+                      "wall_s": round(time.monotonic() - t0, 1),
+                      "uptime_before": before, "uptime_after": _uptime(),
+                      "cpus": os.cpu_count()}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(table(doc))
     print(f"wrote {args.out}")
     return 0
+
+
+def _uptime() -> str:
+    """``uptime``'s line (the load averages) now."""
+    import subprocess
+
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True,
+                              check=False).stdout.strip()
+    except OSError:
+        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
