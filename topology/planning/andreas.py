@@ -1273,6 +1273,31 @@ class _Improver:
             {(o.cls, o.gpus): o for o in d.ordered if o.node < 0} for d in data]
         self.waiting_eur = [d.postponed_eur + d.min_cost for d in data]
         self.vacancy = _vacancy_eur_per_gpu(nodes, classes, s)
+        # per class: g -> (k, node), the lowest k >= g with nodes of k free GPUs and the
+        # lowest such node (what :meth:`fit` scans for); emptied when the class changes
+        self._first: list[dict[int, tuple[float, int]]] = [{} for _ in classes.info]
+        # per job, its options with their share of f_OBJ (:meth:`cost`) away from its
+        # current placement, and its share where it runs now (the stay option's, if any)
+        self.choices: list[list[tuple[_Option, int, int, int, float]]] = []
+        self.home_eur: list[float] = []
+        for d in data:
+            row = []
+            for o in d.ordered:
+                late = now_s + o.time_s - d.due
+                c = o.cost_eur + (d.weight * late if late > 0.0 else 0.0)
+                if d.current_node >= 0 and (o.node != d.current_node
+                                            or o.gpus != d.current_gpus):
+                    c += d.move_eur
+                row.append((o, o.cls, o.gpus, o.node, c))
+            self.choices.append(row)
+            home = math.nan
+            if d.current_node >= 0:
+                at = d.stay or self.generic[d.index].get(
+                    (classes.of[d.current_node], d.current_gpus))
+                if at is not None:
+                    late = now_s + at.time_s - d.due
+                    home = at.cost_eur + (d.weight * late if late > 0.0 else 0.0)
+            self.home_eur.append(home)
 
     # -------------------------------------------------------------- evaluation
 
@@ -1299,21 +1324,19 @@ class _Improver:
             return self.waiting_eur[i]
         return self.cost(i, a[2], a[0])[0]
 
-    def fit(self, cls: int, g: int, extra: Mapping[int, int] | None = None) -> int:
-        """The best-fit node of class ``cls`` with ``g`` free GPUs (``extra``: GPUs about to
-        be freed, by node), or -1."""
-        levels = self.buckets[cls]
-        best, best_free = -1, math.inf
-        for node, more in (extra or {}).items():
-            f = self.free[node] + more
-            if self.classes.of[node] == cls and g <= f < best_free:
-                best, best_free = node, f
-        for k in range(g, len(levels)):
-            if k >= best_free:
-                break
-            if levels[k]:
-                return min(levels[k])
-        return best
+    def _first_fit(self, cls: int, g: int) -> tuple[float, int]:
+        """(k, node): the fewest free GPUs k >= g any node of class ``cls`` has, and the
+        lowest such node; (inf, -1) when none has g."""
+        got = self._first[cls].get(g)
+        if got is None:
+            got = (math.inf, -1)
+            levels = self.buckets[cls]
+            for k in range(g, len(levels)):
+                if levels[k]:
+                    got = (k, min(levels[k]))
+                    break
+            self._first[cls][g] = got
+        return got
 
     def apply(self, moves: Sequence[tuple[int, int, _Option | None]], *,
               allow_equal: bool = False) -> bool:
@@ -1349,30 +1372,51 @@ class _Improver:
             if new is not None:
                 self.residents[new[0]].add(i)
         for n, f in free.items():
-            b = self.buckets[self.classes.of[n]]
+            c = self.classes.of[n]
+            b = self.buckets[c]
             b[self.free[n]].discard(n)
             self.free[n] = f
             b[f].add(n)
+            self._first[c].clear()
         return True
 
-    def best_place(self, i: int, release: Mapping[int, int] | None = None
+    def best_place(self, i: int, release: tuple[int, int] = (-1, 0)
                    ) -> tuple[int, _Option] | None:
-        """Job i's cheapest place on the GPUs free (plus ``release``), or None."""
-        found: tuple[float, int, _Option] | None = None
-        for opt in self.data[i].ordered:
-            if opt.node >= 0:
-                node = opt.node
-                if self.free[node] + (release or {}).get(node, 0) < opt.gpus:
+        """Job i's cheapest place on the GPUs free (plus ``release``: a node and the GPUs
+        about to be freed there), or None: its share of f_OBJ (:meth:`cost`) and the change
+        of the vacancy term of the node it lands on."""
+        free, gpus, vacancy, of = self.free, self.gpus, self.vacancy, self.classes.of
+        rel_node, rel_g = release
+        d = self.data[i]
+        here, here_g = d.current_node, d.current_gpus
+        home = self.home_eur[i]
+        found_c = math.inf
+        found: tuple[int, _Option] | None = None
+        for opt, cls, g, bound, away in self.choices[i]:
+            if bound >= 0:
+                node = bound
+                f = free[node] + rel_g if node == rel_node else free[node]
+                if f < g:
                     continue
             else:
-                node = self.fit(opt.cls, opt.gpus, release)
+                # :meth:`fit` with the released node
+                best, best_free = -1, math.inf
+                if rel_node >= 0 and of[rel_node] == cls:
+                    f = free[rel_node] + rel_g
+                    if g <= f:
+                        best, best_free = rel_node, f
+                k, node = self._first_fit(cls, g)
+                if not k < best_free:
+                    node = best
                 if node < 0:
                     continue
-            f = self.free[node] + (release or {}).get(node, 0)
-            c = self.cost(i, opt, node)[0] + self.vac(node, f - opt.gpus) - self.vac(node, f)
-            if found is None or c < found[0] - TIE_EUR:
-                found = (c, node, opt)
-        return None if found is None else (found[1], found[2])
+                f = free[node] + rel_g if node == rel_node else free[node]
+            c = home if node == here and g == here_g else away
+            v, size = vacancy[node], gpus[node]
+            c = c + (v * (f - g) if f - g < size else 0.0) - (v * f if f < size else 0.0)
+            if found is None or c < found_c - TIE_EUR:
+                found_c, found = c, (node, opt)
+        return found
 
     # -------------------------------------------------------------- changes
 
@@ -1382,7 +1426,7 @@ class _Improver:
         for i, a in enumerate(self.assign):
             if a is None:
                 continue
-            where = self.best_place(i, {a[0]: a[1]})
+            where = self.best_place(i, (a[0], a[1]))
             if where is not None and (where[0], where[1].gpus) != (a[0], a[1]) and self.apply(
                     [(i, where[0], where[1])]):
                 made += 1
