@@ -21,7 +21,10 @@ Parts (``--only``, comma-separated; default all):
   captured from its simulation; on every k-th of them, in this one process and one after the
   other, the reference (the shipped ``andreas`` before issue 22, MaxIt_RG = 1,000), the fast
   implementation with the paper's settings (the same plans) and ``andreas`` plan the same
-  input; p50 / p99 of each and the ratios. It also counts how often early stopping changed a
+  input; p50 / p99 of each (wall clock, and ``andreas``'s CPU time) and the ratios, with the
+  load average before and after. The captured points are frozen out of the garbage collector
+  (``gc.freeze``): they are the benchmark's data, and a full collection scanning them inside
+  a timed call is not the planner's time. It also counts how often early stopping changed a
   plan (``andreas`` against itself with ``patience=None``).
 * ``armida`` — Appendix B's eight jobs on ARMIDA.
 
@@ -36,6 +39,7 @@ the ``timing`` part's ratios are the comparable figures.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import math
@@ -307,11 +311,19 @@ def timing(n: int, every: int, iterations: int) -> dict[str, Any]:
     from benchmarks import andreas_reference as ref
     from topology.planning.andreas import PlanCache, PlannerSettings, plan
 
-    out: dict[str, Any] = {"nodes": n, "every": every, "iterations": iterations}
+    out: dict[str, Any] = {"nodes": n, "every": every, "iterations": iterations,
+                           "load_before": os.getloadavg()}
     for case in (1, 2):
         points = capture(case, n, 1, iterations)
+        captured, timed = len(points), points[::every]
+        del points
+        # the captured points (millions of objects) are the benchmark's, not the planner's:
+        # out of the collector's way, so a full collection does not scan them mid-plan
+        gc.collect()
+        gc.freeze()
         cache = PlanCache()
         ours, paper, old = [], [], []
+        cpu: dict[str, list[float]] = {"reference": [], "paper": [], "andreas": []}
         changed = differs = 0
         f_gap: list[float] = []
         jobs_n: list[int] = []
@@ -319,22 +331,25 @@ def timing(n: int, every: int, iterations: int) -> dict[str, Any]:
         sp = PlannerSettings.paper(max_iterations=iterations, seed=1)
         s_full = replace(s, patience=None)
         rs = ref.PlannerSettings(max_iterations=iterations, seed=1)
-        for now, nodes, jobs in points[::every]:
+        for now, nodes, jobs in timed:
             rn = [ref.PlanNode(x.name, x.gpu_model, x.gpus, x.power) for x in nodes]
             rj = [ref.PlanJob(j.id, j.due_s, j.weight_eur_per_h, j.remaining_epochs,
                               j.epoch_time_s, None if j.current is None else
                               ref.Placement(j.current.node, j.current.gpus), j.submitted_s,
                               j.progress_s) for j in jobs]
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             a = ref.plan(now, rn, rj, rs)
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), time.process_time()
             b = plan(now, nodes, jobs, sp, cache=cache)
-            t2 = time.perf_counter()
+            t2, c2 = time.perf_counter(), time.process_time()
             c = plan(now, nodes, jobs, s, cache=cache)
-            t3 = time.perf_counter()
+            t3, c3 = time.perf_counter(), time.process_time()
             old.append(t1 - t0)
             paper.append(t2 - t1)
             ours.append(t3 - t2)
+            cpu["reference"].append(c1 - c0)
+            cpu["paper"].append(c2 - c1)
+            cpu["andreas"].append(c3 - c2)
             jobs_n.append(len(jobs))
             differs += any(_where(d.placement) != _where(b.decisions[k].placement)
                            for k, d in a.decisions.items())
@@ -342,17 +357,21 @@ def timing(n: int, every: int, iterations: int) -> dict[str, Any]:
             if full.decisions != c.decisions:
                 changed += 1
             f_gap.append(c.objective.selection_eur - full.objective.selection_eur)
+        gc.unfreeze()
         out[f"s{case}"] = {
-            "points_captured": len(points), "points_timed": len(ours),
+            "points_captured": captured, "points_timed": len(ours),
             "jobs_p50": _pct(jobs_n, 50), "jobs_max": max(jobs_n),
             "ms": {k: {"p50": 1000 * _pct(v, 50), "p99": 1000 * _pct(v, 99),
                        "mean": 1000 * statistics.fmean(v)}
                    for k, v in (("reference", old), ("paper", paper), ("andreas", ours))},
+            "cpu_ms": {k: {"p50": 1000 * _pct(v, 50), "p99": 1000 * _pct(v, 99),
+                           "mean": 1000 * statistics.fmean(v)} for k, v in cpu.items()},
             "paper_differs_from_reference": differs,
             "early_stop_changed_plan": changed,
             "early_stop_f_gap_eur": {"mean": statistics.fmean(f_gap), "max": max(f_gap)},
         }
         print(f"== timing s{case}: {json.dumps(out[f's{case}'])}", file=sys.stderr, flush=True)
+    out["load_after"] = os.getloadavg()
     return out
 
 
@@ -497,25 +516,36 @@ def tables(doc: dict[str, Any]) -> str:
                   "`andreas` before issue 22), the fast implementation with the paper's "
                   "settings (the same plans) and `andreas` (early stopping, local search)", "",
                   "| scenario | points | jobs p50 / max | reference p50 / p99 ms | "
-                  "paper p50 / p99 ms | andreas p50 / p99 ms | reference / paper (mean) | "
+                  "paper p50 / p99 ms | andreas p50 / p99 ms | andreas CPU p50 / p99 ms | "
+                  "reference / paper (mean) | "
                   "reference / andreas (mean) | reference / andreas (p50) | "
                   "paper ≠ reference | early stop changed the plan | its f_OBJ cost, "
                   "mean / max EUR |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for case in ("s1", "s2"):
             t = tm[case]
             ms = t["ms"]
+            cpu = t.get("cpu_ms", {}).get("andreas")
+            cpu_ms = f"{cpu['p50']:.1f} / {cpu['p99']:.1f}" if cpu else "–"
             lines.append(
                 f"| {case} | {t['points_timed']} | {t['jobs_p50']:.0f} / {t['jobs_max']} | "
                 f"{ms['reference']['p50']:.0f} / {ms['reference']['p99']:.0f} | "
                 f"{ms['paper']['p50']:.0f} / {ms['paper']['p99']:.0f} | "
                 f"{ms['andreas']['p50']:.1f} / {ms['andreas']['p99']:.1f} | "
+                f"{cpu_ms} | "
                 f"{ms['reference']['mean'] / ms['paper']['mean']:.2f} | "
                 f"{ms['reference']['mean'] / ms['andreas']['mean']:.1f} | "
                 f"{ms['reference']['p50'] / ms['andreas']['p50']:.1f} | "
                 f"{t['paper_differs_from_reference']} | {t['early_stop_changed_plan']} of "
                 f"{t['points_timed']} | {t['early_stop_f_gap_eur']['mean']:.5f} / "
                 f"{t['early_stop_f_gap_eur']['max']:.5f} |")
+        if "load_before" in tm:
+            lines += ["", "Load average (1, 5, 15 min) before: "
+                      + " / ".join(f"{x:.1f}" for x in tm["load_before"]) + ", after: "
+                      + " / ".join(f"{x:.1f}" for x in tm["load_after"]) + " (2 cores). "
+                      "Wall-clock times include the time other processes held the cores; CPU "
+                      "time (`time.process_time`) is the planner's own. The captured points "
+                      "are frozen out of the garbage collector (`gc.freeze`)."]
     if "armida" in doc:
         arm = doc["armida"]
         lines += ["", "### ARMIDA (Appendix B)", "",
