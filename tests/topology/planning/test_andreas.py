@@ -292,13 +292,13 @@ def test_bad_input_is_a_planning_error() -> None:
 
 def test_paper_settings_are_the_papers() -> None:
     p = PlannerSettings.paper(seed=3, max_iterations=10)
-    assert (p.move_penalty_eur, p.shared_idle, p.energy_term, p.patience, p.local_search) == (
-        0.0, False, "first-ending", None, False)
+    assert (p.move_penalty_eur, p.shared_idle, p.energy_term, p.patience, p.local_search,
+            p.pressing_incumbent) == (0.0, False, "first-ending", None, False, False)
     assert (p.seed, p.max_iterations) == (3, 10)
     d = PlannerSettings(seed=3, restart_s=60)
     assert d.as_paper() == PlannerSettings.paper(seed=3, restart_s=60)
-    assert (d.move_penalty_eur, d.shared_idle, d.energy_term, d.local_search) == (
-        0.02, True, "all", True)
+    assert (d.move_penalty_eur, d.shared_idle, d.energy_term, d.local_search,
+            d.pressing_incumbent) == (0.02, True, "all", True, True)
     with pytest.raises(PlanningError, match="local_search needs"):
         PlannerSettings(energy_term="first-ending")
     with pytest.raises(PlanningError, match="patience"):
@@ -407,6 +407,36 @@ def test_local_search_sends_a_running_job_home() -> None:
     assert p.changes(jobs) == ["W", "R1"]
     assert p.objective.selection_eur == pytest.approx(off.objective.selection_eur - 0.02)
 
+
+
+def test_pressing_incumbent_lets_an_urgent_job_preempt_only_the_least_pressing() -> None:
+    """The three GPUs run R1 (va), R3 (vb) and R2 (the T4); U arrives and can meet its due
+    date only if it starts now on a V100 (waiting: ρ ω τ̂ = 100 x 100 s / 3600 = 2.78 EUR).
+    Pressure: U > R2 > R3 > R1. The greedy builds from nothing: U takes va, R2 takes vb (a
+    V100 is cheaper for it than the T4 it runs on), and R3 and R1 are left out — three running
+    jobs stopped. The incumbent keeps all three and leaves U waiting. The pressing incumbent
+    (iteration 2) goes in pressure order with every running job preferring its place: U takes
+    va, R2 and R3 stay, only R1 (the least pressing) is preempted."""
+    nodes = [v100("va", 1), v100("vb", 1), t4("t")]
+    u = job("U", 1200, 1, 10, {("v100-pcie-32gb", 1): 100.0})
+    r2 = job("R2", 3500, 1, 20, {("v100-pcie-32gb", 1): 100.0, ("t4", 1): 170.0},
+             Placement("t", 1))
+    r3 = job("R3", 3000, 1, 10, {("v100-pcie-32gb", 1): 100.0}, Placement("vb", 1))
+    r1 = job("R1", 100_000, 1, 10, {("v100-pcie-32gb", 1): 100.0}, Placement("va", 1))
+    jobs = [u, r2, r3, r1]
+    off = plan(0, nodes, jobs, PlannerSettings(max_iterations=2, local_search=False,
+                                               pressing_incumbent=False))
+    assert [off.placement(j.id) for j in jobs] == [
+        Placement("va", 1), Placement("vb", 1), None, None]
+    assert off.best_iteration == 0  # the greedy
+    on = plan(0, nodes, jobs, PlannerSettings(max_iterations=3, local_search=False))
+    assert [on.placement(j.id) for j in jobs] == [
+        Placement("va", 1), Placement("t", 1), Placement("vb", 1), None]
+    assert on.best_iteration == 2
+    assert on.changes(jobs) == ["U", "R1"]
+    assert on.objective.selection_eur < off.objective.selection_eur
+    # the default planner gets there too, without a local-search change
+    assert plan(0, nodes, jobs).local_moves == 0
 
 # ------------------------------------------------------------------------------ invariants
 
