@@ -27,6 +27,10 @@ Parts (``--only``, comma-separated; default all):
   a timed call is not the planner's time. It also counts how often early stopping changed a
   plan (``andreas`` against itself with ``patience=None``).
 * ``armida`` — Appendix B's eight jobs on ARMIDA.
+* ``pressing`` (only when named) — on every 5th point the ``timing`` part captured,
+  ``andreas`` with and without the pressing incumbent (``pressing_incumbent``): how often it
+  changed the plan, how often f_OBJ (after the local search) went down or up and by how much,
+  the local search's changes and the CPU time of both.
 
 Run: ``nice .venv/bin/python -m benchmarks.bench_planner`` (a few hours of CPU: run it in the
 background; ``--quick`` is N = 4 and 10, one seed, 200 iterations, and only prints). Each
@@ -71,6 +75,8 @@ PAPER_ARMIDA = {"real_eur": 0.95111, "predicted_eur": 1.08438}
 #: The timing part: N, and every how many-th captured point is timed.
 TIMING_N = 100
 TIMING_EVERY = 40
+#: The pressing part: every how many-th captured point is planned with and without it.
+PRESSING_EVERY = 5
 
 
 def ablation_settings() -> dict[str, Any]:
@@ -375,6 +381,50 @@ def timing(n: int, every: int, iterations: int) -> dict[str, Any]:
     return out
 
 
+
+def pressing(n: int, every: int, iterations: int) -> dict[str, Any]:
+    """The ``pressing`` part (module docstring): ``andreas`` against itself without the
+    pressing incumbent on every ``every``-th captured point, per scenario."""
+    from topology.planning.andreas import PlanCache, PlannerSettings, plan
+
+    out: dict[str, Any] = {"nodes": n, "every": every, "iterations": iterations}
+    for case in (1, 2):
+        points = capture(case, n, 1, iterations)
+        timed = points[::every]
+        del points
+        gc.collect()
+        gc.freeze()
+        cache = PlanCache()
+        s = PlannerSettings(max_iterations=iterations, seed=1)
+        off = replace(s, pressing_incumbent=False)
+        gap: list[float] = []
+        moves = {"on": 0, "off": 0}
+        cpu = {"on": 0.0, "off": 0.0}
+        changed = 0
+        for now, nodes, jobs in timed:
+            c0 = time.process_time()
+            a = plan(now, nodes, jobs, s, cache=cache)
+            c1 = time.process_time()
+            b = plan(now, nodes, jobs, off, cache=cache)
+            c2 = time.process_time()
+            cpu["on"] += c1 - c0
+            cpu["off"] += c2 - c1
+            moves["on"] += a.local_moves
+            moves["off"] += b.local_moves
+            changed += a.decisions != b.decisions
+            gap.append(a.objective.selection_eur - b.objective.selection_eur)
+        gc.unfreeze()
+        out[f"s{case}"] = {
+            "points": len(gap), "changed_plan": changed,
+            "better": sum(g < -1e-9 for g in gap), "worse": sum(g > 1e-9 for g in gap),
+            "f_gap_eur": {"mean": statistics.fmean(gap), "min": min(gap), "max": max(gap)},
+            "local_moves": moves, "cpu_s": cpu,
+        }
+        print(f"== pressing s{case}: {json.dumps(out[f's{case}'])}", file=sys.stderr,
+              flush=True)
+    return out
+
+
 # ------------------------------------------------------------------------------ tables
 
 
@@ -546,6 +596,23 @@ def tables(doc: dict[str, Any]) -> str:
                       "Wall-clock times include the time other processes held the cores; CPU "
                       "time (`time.process_time`) is the planner's own. The captured points "
                       "are frozen out of the garbage collector (`gc.freeze`)."]
+    if "pressing" in doc:
+        pr = doc["pressing"]
+        lines += ["", "### The pressing incumbent", "",
+                  f"Every {pr['every']}th captured point (N = {pr['nodes']}, seed 1), `andreas` "
+                  "with and without `pressing_incumbent`: f_OBJ after the local search, EUR "
+                  "(with − without)", "",
+                  "| scenario | points | plan changed | f_OBJ lower / higher | mean / min / max "
+                  "EUR | local-search changes with / without | CPU s with / without |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
+        for case in ("s1", "s2"):
+            t = pr[case]
+            g = t["f_gap_eur"]
+            lines.append(
+                f"| {case} | {t['points']} | {t['changed_plan']} | {t['better']} / "
+                f"{t['worse']} | {g['mean']:.4f} / {g['min']:.3f} / {g['max']:.3f} | "
+                f"{t['local_moves']['on']} / {t['local_moves']['off']} | "
+                f"{t['cpu_s']['on']:.1f} / {t['cpu_s']['off']:.1f} |")
     if "armida" in doc:
         arm = doc["armida"]
         lines += ["", "### ARMIDA (Appendix B)", "",
@@ -573,7 +640,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2, help="simulations at a time (2)")
     ap.add_argument("--only", default="timing,armida,ablation,costs",
                     help="parts, comma-separated, run in this order: timing, armida, "
-                    "ablation, costs")
+                    "ablation, costs; also pressing (not in the default)")
     ap.add_argument("--ablation-sizes", default="10", help="N of the ablation (10)")
     ap.add_argument("--sizes", default="10,50,100,200",
                     help="N of the costs part (10,50,100,200); its rows replace the same "
@@ -581,7 +648,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1,2,3", help="seeds of the costs part (1,2,3)")
     args = ap.parse_args()
     parts = [p.strip() for p in args.only.split(",") if p.strip()]
-    unknown = set(parts) - {"costs", "ablation", "timing", "armida"}
+    unknown = set(parts) - {"costs", "ablation", "timing", "armida", "pressing"}
     if unknown or args.workers < 1:
         ap.error(f"unknown part(s) {', '.join(sorted(unknown))}" if unknown
                  else "--workers must be at least 1")
@@ -596,7 +663,10 @@ def main() -> None:
     walls = doc.setdefault("wall_s", {})
     for part in parts:
         t = time.perf_counter()
-        if part == "timing":
+        if part == "pressing":
+            doc["pressing"] = pressing(10 if args.quick else TIMING_N,
+                                       5 if args.quick else PRESSING_EVERY, iterations)
+        elif part == "timing":
             doc["timing"] = timing(10 if args.quick else TIMING_N,
                                    5 if args.quick else TIMING_EVERY, iterations)
         elif part == "armida" and not args.quick:
