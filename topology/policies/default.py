@@ -39,9 +39,12 @@ from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 NAME = "gputopo"
+#: The default rule held to the incumbent (NVIDIA best-effort) per decision.
+GUARDED = "gputopo-guarded"
 
 
-def _single(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
+def _single(name: str, topology: Topology, state: NodeState, request: Request,
+            memo: Memo) -> Decision:
     free = check_capacity(topology, state, request)
     free_set = set(free)
     pool = list(free)
@@ -77,7 +80,7 @@ def _single(topology: Topology, state: NodeState, request: Request, memo: Memo) 
             preserved_bandwidth_gbps=preserved_bandwidth(topology, [f for f in free if f != r]),
         )
     return whole_decision(
-        NAME, topology, state, request, (best,), MODEL_GPUTOPO, runner_up=runner,
+        name, topology, state, request, (best,), MODEL_GPUTOPO, runner_up=runner,
         reason=why,
     )
 
@@ -85,6 +88,9 @@ def _single(topology: Topology, state: NodeState, request: Request, memo: Memo) 
 def _robust_reason(request: Request, choice: robust.Choice) -> str:
     own = ", ".join(f"{m} {v:.1f}" for m, v in choice.own.items())
     what = "bandwidth-sensitive" if request.sensitive else "insensitive"
+    if choice.held:
+        what += (f" (held to best-effort's set: within {robust.GUARD_MARGIN:.0%} of it under "
+                 "Eq. 2 and the bottleneck)")
     text = (f"{what}: least worst-model regret ({choice.regret:.3f}) under {own} GB/s; "
             f"{choice.band} of {choice.candidates} sets within {robust.TOLERANCE}, ties by "
             "the leftover")
@@ -112,26 +118,43 @@ def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) 
     Raises:
         NoFit: not enough free GPUs, or no GPU with room for the share.
     """
+    return _decide(NAME, topology, state, request, memo, guard=False)
+
+
+@register(GUARDED, "gputopo held to NVIDIA best-effort: a sensitive multi-GPU job gets only "
+          "a set within 1 % of best-effort's under Eq. 2 and the bottleneck, then the robust "
+          "rule", free_set_only=True, lookahead=True)
+def gputopo_guarded(topology: Topology, state: NodeState, request: Request,
+                    memo: Memo) -> Decision:
+    """:func:`gputopo` with the incumbent guard (:func:`topology.policies.robust.guarded`):
+    never more than 1 % below best-effort's set under Eq. 2 or the bottleneck, per decision."""
+    return _decide(GUARDED, topology, state, request, memo, guard=True)
+
+
+def _decide(name: str, topology: Topology, state: NodeState, request: Request, memo: Memo,
+            *, guard: bool) -> Decision:
     if request.shared is not None:
         from topology.policies.colocate import gputopo_shared
 
-        return gputopo_shared(topology, state, request, NAME)
+        return gputopo_shared(topology, state, request, name)
     if request.fractional:
         from topology.policies import gaia
 
-        return gaia.fragment(topology, state, request, policy_name=NAME)
+        return gaia.fragment(topology, state, request, policy_name=name)
     if request.count == 1:
-        return _single(topology, state, request, memo)
+        return _single(name, topology, state, request, memo)
     free = check_capacity(topology, state, request)
     pattern = request.effective_pattern()
-    choice = robust.choose(topology, free, pattern, request.sensitive, request.upcoming, memo)
+    choice = robust.choose(topology, free, pattern, request.sensitive, request.upcoming, memo,
+                           guard=guard)
     if choice is not None:
         runner_up = None
         if choice.runner_up is not None:
             runner_up = candidate(topology, free, sorted(choice.runner_up), pattern,
                                   choice.runner_up, MODEL_GPUTOPO)
-        return whole_decision(NAME, topology, state, request, choice.mapping, MODEL_GPUTOPO,
-                              runner_up=runner_up, reason=_robust_reason(request, choice))
+        return whole_decision(name, topology, state, request, choice.mapping, MODEL_GPUTOPO,
+                              runner_up=runner_up,
+                              reason=_robust_reason(request, choice))
     if request.sensitive:
         result = search(topology, free, pattern, "effbw-gputopo", "preserved", memo=memo)
         why = "bandwidth-sensitive: highest EffBW (gputopo-v1), ties by PreservedBW"
@@ -144,6 +167,6 @@ def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) 
         runner = Candidate(r.gpus, r.aggbw, r.effbw_gputopo, r.preserved)
     exact = "" if result.exact else " (pruned search)"
     return whole_decision(
-        NAME, topology, state, request, result.best.mapping, MODEL_GPUTOPO,
+        name, topology, state, request, result.best.mapping, MODEL_GPUTOPO,
         runner_up=runner, reason=why + exact,
     )

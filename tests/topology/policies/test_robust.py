@@ -207,9 +207,12 @@ def test_lookahead_cost_per_model_world() -> None:
 
 
 def test_models_disagreeing_take_the_least_worst_loss() -> None:
-    """Free {1,3,4,5,6,7}: no 5-set is within 1 % of the best under both Eq. 2 (53.6) and
-    the bottleneck (25). The rule takes {1,3,5,6,7} (Eq. 2 51.8, 3.4 % below; bottleneck 25)
-    over best-effort's {1,4,5,6,7} (Eq. 2 53.6; bottleneck 12, 52 % below)."""
+    """Free {1,3,4,5,6,7}: no 5-set is within the tolerance of the best under all three
+    models. {1,3,4,5,7} is best by Eq. 2 (53.6) and the bottleneck (25) but 12 % below the
+    best by gputopo-v1 (49.4 against 56.1); the rule takes {1,3,5,6,7} (gputopo-v1 56.1,
+    bottleneck 25, Eq. 2 51.8: 3.4 % below), whose worst model loses least; best-effort takes
+    {1,4,5,6,7} (Eq. 2 53.6; bottleneck 12). The guarded rule takes {1,3,4,5,7}
+    (test_guard.py)."""
     d = place([1, 3, 4, 5, 6, 7])
     assert d.gpus == (1, 3, 5, 6, 7)
     best_effort = Evaluator().place("nvidia-best-effort", DGX,
