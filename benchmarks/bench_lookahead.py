@@ -32,8 +32,9 @@ OUT = Path(__file__).parent / "results" / "lookahead-cpu.json"
 
 
 def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
-           seed: int) -> dict[str, Any]:
-    """CPU ms of each pod's filter + prioritize over ``pods`` pods with ``pending`` pending."""
+           seed: int, policy: str = "gputopo") -> dict[str, Any]:
+    """CPU ms of each pod's filter + prioritize over ``pods`` pods with ``pending`` pending,
+    the extender's default policy ``policy``."""
     from scheduler_extender.app import create_app
     from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
     from scheduler_extender.settings import ExtenderSettings
@@ -43,7 +44,8 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
     topo = machine(name)
     names = [f"n-{i:04d}" for i in range(nodes)]
     state = MemoryState(dict.fromkeys(names, topo))
-    ext = create_app(ExtenderSettings(state="memory"), state).state.runtime.extender
+    ext = create_app(ExtenderSettings(state="memory", policy=policy),
+                     state).state.runtime.extender
     running = _fill(ext, state, random.Random(seed))
     rng = random.Random(seed + 1)
     future = random.Random(seed + 2)
@@ -84,24 +86,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pending", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--policies", default="gputopo,gputopo-guarded",
+                    help="extender default policies; the first one with nothing pending is "
+                         "the baseline every ratio_vs_first is taken against")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    pols = [p for p in args.policies.split(",") if p.strip()]
     rows = []
     for name, nodes in (("dgx1-v100", 100), ("cubemesh16", 1000)):
-        none = stream(name, nodes, args.pods, 0, args.warmup, args.seed)
-        some = stream(name, nodes, args.pods, args.pending, args.warmup, args.seed)
-        row = {"machine": name, "nodes": nodes, "none": none, f"pending_{args.pending}": some,
-               "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
-               "ratio_p99": round(some["p99_ms"] / none["p99_ms"], 3)}
-        rows.append(row)
-        print(f"{name} x {nodes}: CPU ms per filter+prioritize, none p50 {none['p50_ms']} "
-              f"p99 {none['p99_ms']}; {args.pending} pending p50 {some['p50_ms']} "
-              f"p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} p99 {row['ratio_p99']}",
-              flush=True)
+        first: dict[str, Any] | None = None
+        for policy in pols:
+            none = stream(name, nodes, args.pods, 0, args.warmup, args.seed, policy)
+            some = stream(name, nodes, args.pods, args.pending, args.warmup, args.seed, policy)
+            first = none if first is None else first
+            row = {"machine": name, "nodes": nodes, "policy": policy, "none": none,
+                   f"pending_{args.pending}": some,
+                   "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
+                   "ratio_p99": round(some["p99_ms"] / none["p99_ms"], 3),
+                   "ratio_p99_vs_first": round(some["p99_ms"] / first["p99_ms"], 3),
+                   "ratio_p50_vs_first": round(some["p50_ms"] / first["p50_ms"], 3)}
+            rows.append(row)
+            print(f"{name} x {nodes} {policy}: CPU ms per filter+prioritize, none p50 "
+                  f"{none['p50_ms']} p99 {none['p99_ms']}; {args.pending} pending p50 "
+                  f"{some['p50_ms']} p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} p99 "
+                  f"{row['ratio_p99']}; p99 vs {pols[0]} with none "
+                  f"{row['ratio_p99_vs_first']}", flush=True)
     args.out.write_text(json.dumps({
         "benchmark": "lookahead-cpu",
         "command": f"python -m benchmarks.bench_lookahead --pods {args.pods} --pending "
-                   f"{args.pending} --warmup {args.warmup} --seed {args.seed}",
+                   f"{args.pending} --warmup {args.warmup} --seed {args.seed} "
+                   f"--policies {args.policies}",
         "python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -45,8 +45,9 @@ def judged(evaluator: Evaluator, machine: str, k: int, gpus: Sequence[int]) -> l
     return [float(v) for v in table.best[mask]]
 
 
-def run(trials: int, seed: int) -> dict[str, Any]:
-    """Every (machine, ring size) case: counts per model, and decision times."""
+def run(trials: int, seed: int, policy: str = "gputopo") -> dict[str, Any]:
+    """Every (machine, ring size) case: ``policy``'s counts per model against best-effort,
+    and decision times."""
     rng = random.Random(seed)
     evaluator = Evaluator()
     rows: list[dict[str, Any]] = []
@@ -58,18 +59,18 @@ def run(trials: int, seed: int) -> dict[str, Any]:
             better = dict.fromkeys(MODELS, 0)
             worst = dict.fromkeys(MODELS, 1.0)
             examples: dict[str, list[Any]] = {m: [] for m in MODELS}
-            seconds = {"gputopo": 0.0, "nvidia-best-effort": 0.0}
+            seconds = {policy: 0.0, "nvidia-best-effort": 0.0}
             for _ in range(trials):
                 n_free = rng.randint(k, topo.size)
                 free = sorted(rng.sample(range(topo.size), n_free))
                 state = NodeState.whole(g for g in range(topo.size) if g not in free)
                 evaluator.clear_decisions()
                 t0 = time.perf_counter()
-                ours = evaluator.place("gputopo", topo, state, request)
+                ours = evaluator.place(policy, topo, state, request)
                 t1 = time.perf_counter()
                 theirs = evaluator.place("nvidia-best-effort", topo, state, request)
                 t2 = time.perf_counter()
-                seconds["gputopo"] += t1 - t0
+                seconds[policy] += t1 - t0
                 seconds["nvidia-best-effort"] += t2 - t1
                 a = judged(evaluator, machine, k, ours.gpus)
                 b = judged(evaluator, machine, k, theirs.gpus)
@@ -91,7 +92,8 @@ def run(trials: int, seed: int) -> dict[str, Any]:
                 "worse_examples": {m: v for m, v in examples.items() if v},
                 "decision_ms_mean": {p: round(1000 * s / trials, 3) for p, s in seconds.items()},
             })
-    return {"trials_per_case": trials, "seed": seed, "margin": MARGIN, "models": list(MODELS),
+    return {"policy": policy, "trials_per_case": trials, "seed": seed, "margin": MARGIN,
+            "models": list(MODELS),
             "tolerance": robust.TOLERANCE, "cases": rows}
 
 
@@ -111,11 +113,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=500, help="random free sets per case")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--policy", default="gputopo", help="the rule judged against best-effort")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default: results/robust_decisions.json (gputopo) or "
+                         "results/robust_decisions-<policy>.json")
     args = ap.parse_args(argv)
-    doc = run(args.trials, args.seed)
+    if args.out is None:
+        args.out = OUT if args.policy == "gputopo" else OUT.with_name(
+            f"robust_decisions-{args.policy}.json")
+    doc = run(args.trials, args.seed, args.policy)
     doc["command"] = (f"python -m benchmarks.bench_robust --trials {args.trials} "
-                      f"--seed {args.seed}")
+                      f"--seed {args.seed} --policy {args.policy}")
     args.out.write_text(json.dumps(doc, indent=2) + "\n")
     print(table(doc))
     print(f"wrote {args.out}")

@@ -101,8 +101,8 @@ def register_twin(topology: Topology) -> bool:
 
 
 def node_choices(seeds: Sequence[int], jobs: int, judges: Sequence[str],
-                 rules: Sequence[str]) -> dict[str, Any]:
-    """gputopo under each node-choice rule against best-effort + LeastAllocated, 8 nodes."""
+                 rules: Sequence[str], policy: str = "gputopo") -> dict[str, Any]:
+    """``policy`` under each node-choice rule against best-effort + LeastAllocated, 8 nodes."""
     topo = catalog.get(MACHINE)
     out: dict[str, Any] = {}
     for judge in judges:
@@ -114,7 +114,7 @@ def node_choices(seeds: Sequence[int], jobs: int, judges: Sequence[str],
             ref = Simulation(topo, 8, wl, "nvidia-best-effort", judge=judge, memo=memo).run()
             ref_ratio, ref_span = mean_ratio_to_ideal(ref), makespan(ref)
             for rule in rules:
-                run = Simulation(topo, 8, wl, "gputopo", judge=judge, memo=memo,
+                run = Simulation(topo, 8, wl, policy, judge=judge, memo=memo,
                                  node_choice=rule).run()
                 rows[rule].append(((mean_ratio_to_ideal(run) or 0) - (ref_ratio or 0),
                                    makespan(run) / ref_span))
@@ -152,13 +152,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0-19")
     ap.add_argument("--jobs", type=int, default=150)
     ap.add_argument("--judges", default="eq2,bottleneck")
+    ap.add_argument("--policies", default="gputopo,gputopo-guarded",
+                    help="gputopo's rules compared with best-effort (the first one also gets "
+                         "the node-choice comparison)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     seeds = parse_seeds(args.seeds)
+    ours = [p for p in args.policies.split(",") if p.strip()]
     judges = [j for j in args.judges.split(",") if j.strip()]
     t0 = time.perf_counter()
     twin = register_twin(catalog.get(MACHINE))
-    pols = ["gputopo"] + ([TWIN] if twin else [])
+    pols = ours + ([TWIN] if twin else [])
     streams = {}
     for nodes in (1, 8):
         doc = many_seeds(MACHINE, f"mapa:jobs={args.jobs}", pols, seeds, judges=judges,
@@ -166,16 +170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         streams[str(nodes)] = doc
         print(f"## {nodes} node(s)\n\n{table(doc)}\n", flush=True)
     choices = node_choices(seeds, args.jobs, ["mapa-eq2", "bottleneck"],
-                           ["extender", "least-allocated", "most-allocated"])
+                           ["extender", "least-allocated", "most-allocated"], ours[0])
     print(choice_table(choices))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "benchmark": "streams",
         "command": f"python -m benchmarks.bench_streams --seeds {args.seeds} --jobs {args.jobs} "
-                   f"--judges {args.judges}",
+                   f"--judges {args.judges} --policies {args.policies}",
         "machine": MACHINE, "python": platform.python_version(), "cpus": os.cpu_count(),
         "wall_s": round(time.perf_counter() - t0, 1),
-        "streams": streams, "node_choice": choices,
+        "policies": ours, "streams": streams, "node_choice": choices,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
