@@ -43,7 +43,10 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -79,6 +82,8 @@ RACKS = {f"dgx-r{r}-{i}": f"r{r}" for r in range(2) for i in range(4)}
 STACKS = ("default", "gputopo")
 RUN_LABEL = "bench.gputopo.io/run"
 JOB_LABEL = "bench.gputopo.io/job"
+#: The Job object a pod belongs to (a restarted job's new Job has a new name).
+KNAME_LABEL = "bench.gputopo.io/kname"
 #: torchrun's rendezvous join timeout, unscaled seconds.
 RENDEZVOUS_S = 600.0
 NAMESPACE = "default"
@@ -94,8 +99,10 @@ def job_name(job: MultiJob) -> str:
     return f"job-{job.id}"
 
 
-def manifest(job: MultiJob, stack: str, run: str) -> dict[str, Any]:
-    """The Job for ``job`` in ``stack`` (module docstring)."""
+def manifest(job: MultiJob, stack: str, run: str, kname: str | None = None) -> dict[str, Any]:
+    """The Job for ``job`` in ``stack`` (module docstring), named ``kname`` (default: the
+    job's name)."""
+    kname = kname or job_name(job)
     ann = {ANN_PATTERN: job.pattern, ANN_BW_SENSITIVE: "true" if job.sensitive else "false"}
     if stack == "gputopo":
         obj = gang_manifest(job_name(job), pods=job.pods, gpus=job.gpus, annotations=ann)
@@ -107,9 +114,11 @@ def manifest(job: MultiJob, stack: str, run: str) -> dict[str, Any]:
         obj["spec"]["backoffLimit"] = 10_000  # pods deleted by a timed-out rendezvous return
         obj["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
     tmeta = obj["spec"]["template"]["metadata"]
-    tmeta["labels"] = {**tmeta.get("labels", {}), RUN_LABEL: run, JOB_LABEL: job_name(job)}
+    tmeta["labels"] = {**tmeta.get("labels", {}), RUN_LABEL: run, JOB_LABEL: job_name(job),
+                       KNAME_LABEL: kname}
     tmeta["annotations"] = {**tmeta.get("annotations", {}), **ann}
     obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}), RUN_LABEL: run}
+    obj["metadata"]["name"] = kname
     return obj
 
 
@@ -180,6 +189,8 @@ class Replay:
         phase = (pod.get("status") or {}).get("phase")
         now = time.monotonic()
         with self.lock:
+            if labels.get(KNAME_LABEL) != st.kname:
+                return  # a pod of a Job given up (_restart released it and deletes it)
             if deleted or phase == "Failed":
                 where = st.bound.pop(pname, None)
                 if where is not None:
@@ -289,15 +300,23 @@ class Replay:
         from kubernetes import client as k8s
 
         batch = k8s.BatchV1Api(self.gc.cp.api_client())
+        old = st.kname
+        with self.lock:  # the old Job's pods hold nothing from now on (they are deleted)
+            for node, gpus in st.bound.values():
+                self.used[node] -= set(gpus)
+            st.bound.clear()
+            st.kname = f"{job_name(st.job)}-r{st.timeouts}"
         try:
-            batch.delete_namespaced_job(st.kname, NAMESPACE, propagation_policy="Background",
+            batch.delete_namespaced_job(old, NAMESPACE, propagation_policy="Background",
                                         grace_period_seconds=0)
         except Exception as exc:  # noqa: BLE001 - reported
-            self.errors.append(f"{st.kname}: not deleted: {exc}")
-        st.kname = f"{job_name(st.job)}-r{st.timeouts}"
-        obj = manifest(st.job, self.stack, self.run)
-        obj["metadata"]["name"] = st.kname
-        batch.create_namespaced_job(NAMESPACE, cast(Any, obj))
+            self.errors.append(f"{old}: not deleted: {exc}")
+        # The replay's controller-manager runs the Job controller only (no garbage collector):
+        # the old Job's pods would stay, holding their GPUs, unless deleted here.
+        self.gc.core.delete_collection_namespaced_pod(
+            NAMESPACE, label_selector=f"{KNAME_LABEL}={old}", grace_period_seconds=0)
+        batch.create_namespaced_job(NAMESPACE, cast(Any, manifest(st.job, self.stack, self.run,
+                                                                  st.kname)))
 
     def execute(self) -> dict[str, Any]:
         """Submit the stream on time, follow it to the last completion; the stack's row."""
@@ -428,12 +447,14 @@ def run_seed(seed: int, jobs: int, rate: float, scale: float) -> dict[str, Any]:
                                              "--namespace", NAMESPACE, "--config",
                                              str(settings)]).start()
             t = time.monotonic()
+            load_before = _uptime()
             try:
                 row = Replay(gc, wl, stack, f"{stack}-{seed}", scale, ideal).execute()
             finally:
                 if planner is not None:
                     planner.stop()
             row["wall_s"] = round(time.monotonic() - t, 1)
+            row["uptime_before"], row["uptime_after"] = load_before, _uptime()
             out[stack] = row
             print(f"  seed {seed} {stack:8s}: makespan {row['makespan_s']:.0f} s, mean JCT "
                   f"{row['mean_jct_s']:.0f} s, worst sensitive {row['worst_sensitive_gbps']} "
@@ -449,6 +470,15 @@ def run_seed(seed: int, jobs: int, rate: float, scale: float) -> dict[str, Any]:
                                            / d["worst_sensitive_gbps"], 2),
     }
     return out
+
+
+def _uptime() -> str:
+    """``uptime``'s line (the shared machine's load: the replay is wall-time scaled)."""
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "load average: " + ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _default_scheduler_config() -> str:
@@ -515,10 +545,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     doc: dict[str, Any] = {"benchmark": "bench_headline", "machine": MACHINE,
                            "nodes": len(RACKS), "jobs": args.jobs, "rate_per_min": args.rate,
-                           "scale": args.scale, "seeds": {}}
+                           "scale": args.scale, "cpus": os.cpu_count(),
+                           "command": " ".join(["python -m benchmarks.bench_headline",
+                                                *(argv if argv is not None else sys.argv[1:])]),
+                           "uptime_start": _uptime(), "seeds": {}}
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
         doc["seeds"][str(seed)] = run_seed(seed, args.jobs, args.rate, args.scale)
         args.out.mkdir(parents=True, exist_ok=True)
+        doc["uptime_end"] = _uptime()
         (args.out / "headline.json").write_text(json.dumps(doc, indent=1) + "\n")
     (args.out / "headline.md").write_text(markdown(doc) + "\n")
     plot(doc, args.out / "headline.png")
