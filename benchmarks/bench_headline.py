@@ -489,6 +489,12 @@ def _default_scheduler_config() -> str:
 
 def markdown(doc: Mapping[str, Any]) -> str:
     lines = [
+        f"`{doc.get('command', 'python -m benchmarks.bench_headline')}`: {doc['nodes']} "
+        f"{doc['machine']} nodes in two racks, {doc['jobs']} jobs a seed at "
+        f"{doc['rate_per_min']} a minute, time divided by {doc['scale']:g}; figures in "
+        "unscaled seconds. Wall time and `uptime` per stack are in headline.json "
+        f"(start: {doc.get('uptime_start', '?')}; end: {doc.get('uptime_end', '?')}).",
+        "",
         "| seed | stack | makespan, s | mean JCT, s | worst sensitive job, GB/s | p25 / median "
         "| GPU-h held by partial gangs | rendezvous timeouts |",
         "|---|---|---:|---:|---:|---|---:|---:|",
@@ -504,6 +510,15 @@ def markdown(doc: Mapping[str, Any]) -> str:
         lines.append(f"| {seed} | **gputopo / default** | **{q['makespan']:.2f}x** | "
                      f"**{q['mean_jct']:.2f}x** | **{q['worst_sensitive_bandwidth']:.2f}x** | "
                      "| | |")
+    lines += [
+        "",
+        "Limits: kwok nodes, no GPU runs; a job's bandwidth is predicted (gputopo-v1 on its "
+        "pattern inside each node, with ranks in GPU index order rather than the ring order "
+        "NCCL would search for, which understates some 4-8-GPU sets on both stacks; the "
+        "inter-node ring through the NICs its GPUs use, at the rack's or the spine's share) "
+        "and sets its run time. A gang whose pods hold 4 GPUs each is NIC-bound (about 25 "
+        "GB/s) at best, so the worst sensitive job's ratio is near 1 on seeds that have one.",
+    ]
     return "\n".join(lines)
 
 
