@@ -118,7 +118,8 @@ class DRADriver:
         self.health = HealthState(recovery_s=s.health_recovery_s)
         roots = pcie_roots(self.topology) if s.topology else sysfs_pcie_roots(self.topology)
         self.slices = SlicePublisher(self.slice_store, self.topology, s.node_name,
-                                     slots=s.shared_slots, shares=s.shares, roots=roots)
+                                     slots=s.shared_slots, shares=s.shares, roots=roots,
+                                     allocator_taint=s.allocator_taint)
         self.slice_loop = SliceLoop(self.slices, self.unhealthy_indices, s.publish_interval_s)
         self.health.on_change(self.slice_loop.kick)
         self.node_loop: PublishLoop | None = None

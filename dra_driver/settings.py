@@ -48,6 +48,10 @@ class DRADriverSettings(FileBackedSettings):
         shared_slots: co-location slots per GPU (``gpu-<i>-slot`` devices' ``slots``); 0 =
             no slot devices.
         shares: publish ``gpu-<i>-share`` devices (vGPU shares).
+        allocator_taint: taint every device ``gpu.gputopo.io/allocator=gputopo:NoSchedule``
+            (:data:`topology.dra.ALLOCATOR_TAINT`) so that only gputopo's allocator allocates
+            them; off for clusters where kube-scheduler allocates (no ``gputopo
+            dra-allocator``).
         registry_dir: the kubelet's plugin-registration directory.
         plugin_dir: this plugin's directory (its DRA socket and checkpoint).
         cdi_dir: where CDI specs are written (the runtime reads them there).
@@ -85,6 +89,7 @@ class DRADriverSettings(FileBackedSettings):
     no_kubelet: bool = False
     shared_slots: Annotated[int, Field(ge=0, le=48)] = DEFAULT_SLOTS
     shares: bool = True
+    allocator_taint: bool = True
     registry_dir: Path = Path(DEFAULT_REGISTRY_DIR)
     plugin_dir: Path = Path(DEFAULT_PLUGINS_DIR) / DRIVER
     cdi_dir: Path = Path(DEFAULT_CDI_DIR)

@@ -204,17 +204,20 @@ class SlicePublisher:
         slots: co-location slots per GPU (0: no slot devices).
         shares: publish share devices.
         roots: GPU index → ``pcieRoot`` (default from the topology).
+        allocator_taint: taint every device with :data:`topology.dra.ALLOCATOR_TAINT`.
     """
 
     def __init__(self, store: SliceStore, topology: Topology, node: str, *,
                  slots: int = DEFAULT_SLOTS, shares: bool = True,
-                 roots: Mapping[int, str] | None = None) -> None:
+                 roots: Mapping[int, str] | None = None,
+                 allocator_taint: bool = True) -> None:
         self.store = store
         self.topology = topology
         self.node = node
         self.slots = slots
         self.shares = shares
         self.roots = roots
+        self.allocator_taint = allocator_taint
         self.generation = 0
         self.publications = 0
 
@@ -222,7 +225,7 @@ class SlicePublisher:
         """The slices to publish for GPUs ``unhealthy`` left out, at ``generation``."""
         slices = resource_slices(self.topology, self.node, generation=generation,
                                  unhealthy=unhealthy, slots=self.slots, shares=self.shares,
-                                 roots=self.roots)
+                                 roots=self.roots, allocator_taint=self.allocator_taint)
         digest = pool_hash(slices)
         for s in slices:
             s["metadata"]["annotations"] = {ANN_POOL_HASH: digest}

@@ -33,6 +33,7 @@ def register(app: typer.Typer) -> None:
         gpu_model: Annotated[str | None, typer.Option(help="catalog GPU model of GPUs the source names none for (a `nvidia-smi topo -m` text), e.g. 'Tesla V100-SXM2-16GB'")] = None,
         shared_slots: Annotated[str | None, typer.Option(help="co-location slots per GPU (gpu-<i>-slot devices); 0 = none (default: 3)")] = None,
         shares: Annotated[bool | None, typer.Option("--shares/--no-shares", help="publish gpu-<i>-share devices (vGPU shares; default: on)")] = None,
+        allocator_taint: Annotated[bool | None, typer.Option("--allocator-taint/--no-allocator-taint", help="taint every device gpu.gputopo.io/allocator=gputopo:NoSchedule so only gputopo's dra-allocator allocates them (default: on); off: kube-scheduler allocates them itself, by first fit")] = None,
         registry_dir: Annotated[str | None, typer.Option(help="kubelet plugin-registration directory (default: /var/lib/kubelet/plugins_registry)")] = None,
         plugin_dir: Annotated[str | None, typer.Option(help="this plugin's directory: DRA socket and checkpoint (default: /var/lib/kubelet/plugins/gpu.gputopo.io)")] = None,
         cdi_dir: Annotated[str | None, typer.Option(help="where CDI specs are written (default: /var/run/cdi)")] = None,
@@ -63,7 +64,8 @@ def register(app: typer.Typer) -> None:
         flags = {
             "node_name": node_name, "topology": topology, "kubeconfig": kubeconfig,
             "no_kubelet": no_kubelet, "gpu_memory_mib": gpu_memory_mib, "gpu_model": gpu_model,
-            "shared_slots": shared_slots, "shares": shares, "registry_dir": registry_dir,
+            "shared_slots": shared_slots, "shares": shares, "allocator_taint": allocator_taint,
+            "registry_dir": registry_dir,
             "plugin_dir": plugin_dir, "cdi_dir": cdi_dir, "mps_pipe_dir": mps_pipe_dir,
             "mps_shm_dir": mps_shm_dir, "omit_missing_device_nodes": omit_missing_device_nodes,
             "publish_interval_s": publish_interval, "health_recovery_s": health_recovery,

@@ -43,6 +43,13 @@ sharedCounters or devices is allowed``), and at most 64 devices per slice once d
 consume counters: :func:`resource_slices` returns the counter slice first, then the devices
 in slices of whole GPUs.
 
+**The allocator taint.** Every device carries :data:`ALLOCATOR_TAINT`
+(``gpu.gputopo.io/allocator=gputopo:NoSchedule``; DRADeviceTaints, beta and on in 1.36), so
+kube-scheduler's own allocator never first-fits a claim on them (``incubating``
+``taintPreventsAllocation``); gputopo's allocator writes the allocations, and allocated claims
+schedule and are prepared regardless (only NoExecute evicts). ``allocator_taint=False`` leaves
+it off for clusters where kube-scheduler allocates.
+
 **Attributes** (driver domain unless qualified): ``type`` (``gpu``/``share``/``slot``),
 ``index`` (int), ``uuid``, ``productName``, ``architecture`` (from the product name,
 :func:`architecture`), ``nvlinkPeers`` (``"<peer>:<links>,…"``), ``nvlinkPeerMask`` (int, bit
@@ -119,6 +126,12 @@ MAX_COUNTER_SETS = 8  # ResourceSliceMaxCounterSets
 MAX_DEVICES_PER_SLICE = 64
 #: Longest string attribute value (DeviceAttributeMaxValueLength).
 MAX_STRING_ATTRIBUTE = 64
+#: The taint on every device (docs/dra.md, "No race with kube-scheduler's own allocator"):
+#: kube-scheduler's structured allocator skips NoSchedule-tainted devices for every request
+#: not tolerating the taint, whatever the class, so only gputopo's allocator (which ignores
+#: it) allocates them; claims it has allocated schedule and are prepared as usual.
+ALLOCATOR_TAINT: Mapping[str, str] = {
+    "key": f"{DRIVER}/allocator", "value": "gputopo", "effect": "NoSchedule"}
 
 
 class DRAContractError(ValueError):
@@ -432,7 +445,7 @@ def slice_name(node: str, k: int) -> str:
 def resource_slices(
     topology: Topology, node: str, *, generation: int = 1,
     unhealthy: frozenset[int] = frozenset(), slots: int = DEFAULT_SLOTS, shares: bool = True,
-    roots: Mapping[int, str] | None = None,
+    roots: Mapping[int, str] | None = None, allocator_taint: bool = True,
 ) -> list[dict[str, Any]]:
     """Every ResourceSlice of ``node``'s pool, complete objects (apiVersion, kind, metadata
     name, spec): slice 0 holds :func:`counter_sets`, the next ones the devices of the healthy
@@ -448,6 +461,8 @@ def resource_slices(
         slots: co-location slots per GPU (0: no ``-slot`` devices).
         shares: publish ``-share`` devices.
         roots: GPU index → ``pcieRoot`` (default :func:`pcie_roots`).
+        allocator_taint: put :data:`ALLOCATOR_TAINT` on every device (False: kube-scheduler
+            allocates the devices itself, by first fit).
 
     Raises:
         DRAContractError: a node too large for one pool's counters.
@@ -455,6 +470,10 @@ def resource_slices(
     roots = pcie_roots(topology) if roots is None else roots
     per_gpu = [gpu_devices(topology, g.index, slots=slots, shares=shares, roots=roots)
                for g in topology.gpus if g.index not in unhealthy]
+    if allocator_taint:
+        for devs in per_gpu:
+            for d in devs:
+                d["taints"] = [dict(ALLOCATOR_TAINT)]
     chunks: list[list[dict[str, Any]]] = []
     for devs in per_gpu:
         if not chunks or len(chunks[-1]) + len(devs) > MAX_DEVICES_PER_SLICE:

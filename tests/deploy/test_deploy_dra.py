@@ -82,6 +82,11 @@ def test_dra_mode_renders_the_driver_instead_of_the_device_plugin(helm_available
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["readOnlyRootFilesystem"]
     assert sc["allowPrivilegeEscalation"] is False
     env = {e["name"] for e in c["env"]}
+    # the allocator taint: on, and off without the allocator (kube-scheduler allocates then)
+    assert {"name": "GPUTOPO_DRA_ALLOCATOR_TAINT", "value": "true"} in c["env"]
+    lone = render_manifests({**DRA_VALUES, "draAllocator": {"enabled": False}})
+    (lc,) = find(lone, "DaemonSet", SA)["spec"]["template"]["spec"]["containers"]
+    assert {"name": "GPUTOPO_DRA_ALLOCATOR_TAINT", "value": "false"} in lc["env"]
     from dra_driver.settings import DRADriverSettings
 
     for name in env:

@@ -1,8 +1,9 @@
 """``gputopo dra-driver --no-kubelet`` against the real kube-apiserver and kube-scheduler
 v1.36: the ResourceSlices and DeviceClasses of the contract pass the API's validation, the
 real allocator allocates claims from them under the contract's rules (a share puts its GPU in
-share mode: no whole-GPU claim can take it), the Node gets the topology annotation, and an
-unhealthy GPU leaves the slices at the next pool generation.
+share mode: no whole-GPU claim can take it) — but only claims tolerating the driver's
+allocator taint: it allocates nothing to one that does not —, the Node gets the topology
+annotation, and an unhealthy GPU leaves the slices at the next pool generation.
 """
 
 from __future__ import annotations
@@ -53,8 +54,11 @@ def _devices(cp: ControlPlane) -> list[str]:
 
 
 def _claim(cp: ControlPlane, name: str, klass: str, count: int = 1,
-           capacity: dict[str, str] | None = None) -> None:
+           capacity: dict[str, str] | None = None, tolerate: bool = True) -> None:
     exactly: dict[str, Any] = {"deviceClassName": klass, "count": count}
+    if tolerate:  # the driver's allocator taint: kube-scheduler may allocate this claim
+        exactly["tolerations"] = [{"key": dra.ALLOCATOR_TAINT["key"], "operator": "Exists",
+                                   "effect": "NoSchedule"}]
     if capacity:
         exactly["capacity"] = {"requests": capacity}
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
@@ -98,9 +102,18 @@ def test_slices_are_accepted_and_the_scheduler_allocates_by_the_contract(
         mine = dra.resource_slices(dra_topology(), NODE)
         assert [d["attributes"] for d in slices[1]["spec"]["devices"]] == [
             d["attributes"] for d in mine[1]["spec"]["devices"]]
+        # ... and the allocator taint on every device (the API adds timeAdded)
+        assert [{k: v for k, v in t.items() if k != "timeAdded"}
+                for d in slices[1]["spec"]["devices"] for t in d["taints"]] == [
+            dra.ALLOCATOR_TAINT] * 24
         node = cp.core_v1().read_node(NODE)
         assert serialization.loads(node.metadata.annotations[ANN_TOPOLOGY]) == dra_topology()
 
+        # a claim not tolerating the taint: kube-scheduler's allocator allocates it nothing
+        _claim(cp, "untolerated", dra.CLASS_GPU, tolerate=False)
+        wait_for(lambda: _unschedulable(cp, "untolerated"), 60, "the untolerated pod refused")
+        assert _allocation(cp, "untolerated") is None
+        cp.core_v1().delete_namespaced_pod("untolerated", NS, grace_period_seconds=0)
         # a 30 % / 4 GiB share: the allocator's first fit is GPU 0's share device
         _claim(cp, "share", dra.CLASS_SHARE, capacity={"compute": "30", "memory": "4Gi"})
         share = wait_for(lambda: _allocation(cp, "share"), 60, "the share's allocation")

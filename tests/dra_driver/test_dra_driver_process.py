@@ -28,7 +28,7 @@ from tests.dra_driver.helpers import claim, write_claims
 from tests.dra_driver.kubelet_stub import Claim, DRAKubeletStub
 from topology import catalog
 from topology.contract import ANN_UNHEALTHY_GPUS
-from topology.dra import DRIVER, DeviceKind
+from topology.dra import ALLOCATOR_TAINT, DRIVER, DeviceKind
 
 TOPO = catalog.get("dgx1-v100")
 NODE = "dgx-0"
@@ -66,13 +66,14 @@ class DriverProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = root / "driver.log"
 
-    def start(self) -> None:
+    def start(self, *extra: str) -> None:
         cmd = [*gputopo_command(), "dra-driver", "--node-name", NODE, "--topology", "dgx1-v100",
                "--registry-dir", str(self.root / "reg"), "--plugin-dir",
                str(self.root / "plugin"), "--cdi-dir", str(self.root / "cdi"),
                "--claim-source", f"file:{self.claims}", "--slice-sink", f"file:{self.slices}",
                "--node-sink", f"file:{self.node}", "--fake-xid-file", str(self.xid),
-               "--health-recovery", "0", "--publish-interval", "30", "--watch-interval", "0.2"]
+               "--health-recovery", "0", "--publish-interval", "30", "--watch-interval", "0.2",
+               *extra]
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True)
@@ -202,6 +203,9 @@ def test_an_unhealthy_gpu_leaves_the_slices(driver: DriverProcess) -> None:
 
     wait_for(lambda: len(devices()) == 24, what="the first publication")
     assert {s["spec"]["pool"]["generation"] for s in driver.published()} == {1}
+    # by default every device carries the allocator taint
+    assert all(d["taints"] == [ALLOCATOR_TAINT] for s in driver.published()
+               for d in s["spec"].get("devices", []))
     kubelet = DRAKubeletStub(driver.root / "reg")
     kubelet.register()
     stream = kubelet.watch_health()
@@ -234,8 +238,9 @@ def test_slices_wiped_by_a_starting_kubelet_come_back_at_registration(
     driver: DriverProcess
 ) -> None:
     """A starting kubelet deletes its node's ResourceSlices, then registers the plugin again:
-    the driver republishes at once (not at its next resync, 30 s here)."""
-    driver.start()
+    the driver republishes at once (not at its next resync, 30 s here). (Here without the
+    allocator taint: --no-allocator-taint leaves it off every device.)"""
+    driver.start("--no-allocator-taint")
 
     def devices() -> int:
         return sum(len(s["spec"].get("devices", [])) for s in driver.published())
@@ -247,6 +252,8 @@ def test_slices_wiped_by_a_starting_kubelet_come_back_at_registration(
     wait_for(lambda: devices() == 24, 10, "the slices to be republished")
     # one generation up: consumers that kept the old slices must drop them
     assert {s["spec"]["pool"]["generation"] for s in driver.published()} == {2}
+    assert not any("taints" in d for s in driver.published()
+                   for d in s["spec"].get("devices", []))
     kubelet.close()
 
 

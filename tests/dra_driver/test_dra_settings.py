@@ -17,6 +17,7 @@ def test_defaults_and_paths(monkeypatch: pytest.MonkeyPatch) -> None:
         "/var/lib/kubelet/plugins_registry/gpu.gputopo.io-reg.sock")
     assert s.dra_socket == Path("/var/lib/kubelet/plugins/gpu.gputopo.io/dra.sock")
     assert s.cdi_dir == Path("/var/run/cdi") and s.shared_slots == 3 and s.shares
+    assert s.allocator_taint
 
 
 def test_flag_beats_env_beats_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -25,6 +26,12 @@ def test_flag_beats_env_beats_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("GPUTOPO_DRA_SHARED_SLOTS", "1")
     s = load_settings({"node_name": "from-flag"}, cfg)
     assert (s.node_name, s.shared_slots, s.topology) == ("from-flag", 1, "dgx1-v100")
+    # --no-allocator-taint > GPUTOPO_DRA_ALLOCATOR_TAINT > allocator-taint in the file
+    cfg.write_text("node-name: n\nallocator-taint: false\n")
+    assert load_settings({}, cfg).allocator_taint is False
+    monkeypatch.setenv("GPUTOPO_DRA_ALLOCATOR_TAINT", "true")
+    assert load_settings({}, cfg).allocator_taint is True
+    assert load_settings({"allocator_taint": False}, cfg).allocator_taint is False
 
 
 @pytest.mark.parametrize(("flags", "msg"), [

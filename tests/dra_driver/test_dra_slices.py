@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dra_driver.slices import ANN_POOL_HASH, MemorySliceStore, SlicePublisher
 from topology import catalog
+from topology.dra import ALLOCATOR_TAINT
 from topology.model import GPU, PCIeLevel, Topology
 
 TOPO = catalog.get("dgx1-v100")
@@ -82,3 +83,15 @@ def test_a_real_node_reads_pcie_roots_from_sysfs(tmp_path) -> None:  # type: ign
     roots = sysfs_pcie_roots(TOPO, tmp_path)
     assert roots[0] == "pci0000:00" and roots[4] == "pci0000:80"
     assert roots[1] == pcie_roots(TOPO)[1]  # no link: derived from the PCIe levels
+
+
+def test_the_allocator_taint_is_on_every_device_unless_left_off() -> None:
+    store = MemorySliceStore()
+    SlicePublisher(store, TOPO, "n1").sync(frozenset())
+    devices = [d for s in store.slices.values() for d in s["spec"].get("devices", [])]
+    assert len(devices) == 24 and all(d["taints"] == [ALLOCATOR_TAINT] for d in devices)
+    # leaving it off is a content change: the pool is republished one generation up
+    pub = SlicePublisher(store, TOPO, "n1", allocator_taint=False)
+    assert pub.sync(frozenset()) is True and pub.generation == 2
+    assert not any("taints" in d for s in store.slices.values()
+                   for d in s["spec"].get("devices", []))

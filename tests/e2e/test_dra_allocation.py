@@ -381,6 +381,48 @@ def test_extended_resource_pods_get_no_gputopo_placement(cluster: Up) -> None:
     settle(cluster)
 
 
+def test_a_pod_the_gate_missed_still_gets_gputopos_set(cluster: Up) -> None:
+    """docs/dra.md step 5: a pod that reaches kube-scheduler before the allocator decided (a
+    namespace the gate policy does not select, the gate off, a pod older than the policy) —
+    here: the allocator stopped, the pod's gate lifted by hand — is not first-fitted by
+    kube-scheduler's own allocator: the driver's allocator taint on every device makes it
+    refuse the pod; once the allocator runs again the pod gets gputopo's set and binds."""
+    client = cluster.client
+    node = "dgx1-v100-6"
+    held = {g for n, gs in allocated(client).values() if n == node for g in gs}
+    request = request_of(2, "ring", True)
+    best = place(POLICY, DGX1, free_states(client)[node], request)
+    first_fit = tuple(sorted(set(range(8)) - held)[:2])
+    assert effbw(first_fit, request) < best.effective_bandwidth_gbps - 1  # it would matter
+    alloc = cluster.proc("gputopo-dra-allocator")
+    os.kill(alloc.pid, signal.SIGSTOP)
+    try:
+        client.create_pod(DraPod("missed", template="gpus-2", pattern="ring", sensitive=True,
+                                 node_selector={"kubernetes.io/hostname": node}))
+        wait_until(lambda: claim_of(client, "missed") is not None, WAIT_S,
+                   "the resourceclaim controller to create the pod's claim", interval_s=0.1)
+        client.core.patch_namespaced_pod("missed", client.namespace,
+                                         {"spec": {"schedulingGates": None}})
+
+        def refused() -> str:
+            p = client.core.read_namespaced_pod("missed", client.namespace)
+            assert p.spec is not None and not p.spec.node_name, "first fit bound the pod"
+            conditions = (p.status.conditions if p.status is not None else None) or []
+            return next((c.message or "" for c in conditions
+                         if c.type == "PodScheduled" and c.status == "False"
+                         and "cannot allocate all claims" in (c.message or "")), "")
+
+        wait_until(refused, WAIT_S, "kube-scheduler to refuse the ungated pod", interval_s=0.1)
+        assert claim_gpus(claim_of(client, "missed") or {}) is None
+    finally:
+        os.kill(alloc.pid, signal.SIGCONT)
+    got_node, gpus = wait_claim(client, "missed")
+    assert got_node == node
+    assert effbw(gpus, request) == pytest.approx(best.effective_bandwidth_gbps, abs=0.05)
+    assert wait_bound(client, ["missed"])["missed"]["spec"]["nodeName"] == node
+    release(cluster, ["missed"])
+
+
 def test_node_prepare_writes_a_cdi_spec_with_exactly_the_allocated_uuids(cluster: Up) -> None:
     """NodePrepareResources through the kubelet stand-in (tests/dra_driver/kubelet_stub.py)
     on a claim the allocator allocated: the driver, reading the claim from the API, writes a

@@ -191,8 +191,8 @@ def cluster(nodes: Mapping[str, str | Topology], *, taints: Mapping[str, Sequenc
         if name in taints:
             obj["spec"]["taints"] = list(taints[name])
         alloc.on_node("ADDED", obj)
-        for s in dra.resource_slices(topo, name):
-            alloc.on_slice("ADDED", s)
+        for s in dra.resource_slices(topo, name):  # with the allocator taint on every
+            alloc.on_slice("ADDED", s)             # device: it must not refuse them
     for c in dra.device_classes():
         alloc.on_class("ADDED", c)
     for kind in ("nodes", "slices", "claims"):

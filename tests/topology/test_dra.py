@@ -80,6 +80,21 @@ def test_dgx1_slices_one_counter_slice_then_devices() -> None:
                      for n in (f"gpu-{i}", f"gpu-{i}-share", f"gpu-{i}-slot")]
 
 
+def test_every_device_carries_the_allocator_taint_unless_left_off() -> None:
+    """docs/dra.md: kube-scheduler's allocator skips NoSchedule-tainted devices for requests
+    not tolerating the taint, so only gputopo's allocator allocates gputopo's devices."""
+    assert dra.ALLOCATOR_TAINT == {"key": "gpu.gputopo.io/allocator", "value": "gputopo",
+                                   "effect": "NoSchedule"}
+    slices = dra.resource_slices(DGX1, "n", unhealthy=frozenset({3}))
+    assert "taints" not in slices[0]["spec"]  # the counter slice has no devices
+    devices = _devices(slices)
+    assert len(devices) == 21
+    assert all(d["taints"] == [dra.ALLOCATOR_TAINT] for d in devices)
+    assert devices[0]["taints"] is not devices[1]["taints"]  # no shared lists to mutate
+    untainted = _devices(dra.resource_slices(DGX1, "n", allocator_taint=False))
+    assert len(untainted) == 24 and not any("taints" in d for d in untainted)
+
+
 def test_every_view_of_a_gpu_consumes_its_one_counter() -> None:
     """One view per GPU: the whole GPU, its share device and its slot device all take the
     GPU's single counter (module docstring: the allocator charges a shared device once)."""
