@@ -73,7 +73,7 @@ from topology.numa_alignment import KUBELET_DEFAULTS, KubeletConfigError, PodDem
 from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError, Upcoming
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
-from topology.policies.robust import waiting_by_node
+from topology.policies.robust import WaitingHomes
 from topology.policies.scoring import NodeScore, ScoreScale, node_score, score_scale
 from topology.serialization import dumps
 
@@ -289,11 +289,10 @@ class Decider:
         # (pod uid, "parts") -> {node: waiting jobs} where prioritize weighed other waiting
         # jobs than the common list (a lookahead policy's unique homes), for bind
         self._asked = BoundedCache(_SPENT_SIZE)
-        # the cluster's groups of equal nodes (for the waiting jobs' homes) and the homes of
-        # each waiting job, while the allocation book's version stays the same
-        self._cluster_groups: tuple[object, list[tuple[Topology, int, int]],
-                                    dict[str, int]] | None = None
-        self._homes: dict[object, Any] = {}
+        # per grouping (by free mask or not): the waiting jobs' homes index, the node names
+        # it was built on, the node views it has seen and their topology classes
+        self._homes: dict[bool, tuple[WaitingHomes, list[str], dict[str, object],
+                                      dict[str, str | None]]] = {}
         self._costs = _CostModel()
         # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
         self._outcomes = BoundedCache(_GROUP_CACHE_SIZE)
@@ -320,7 +319,6 @@ class Decider:
         self._prechecks.clear()
         self._scores.clear()
         self._asked.clear()
-        self._cluster_groups = None
         self._homes.clear()
 
     # ------------------------------------------------------------------ the entry point
@@ -389,33 +387,18 @@ class Decider:
         by_free = get_policy(ask.policy).keys_by_free_mask(ask.request)
         # a waiting job's homes are sought on every node the state knows, not only on this
         # pod's candidates (kube-scheduler's own filters drop nodes the waiting job may use);
-        # the groups and each waiting job's homes are kept while no allocation changes
+        # the groups and each waiting job's costs are kept and updated node by node
+        # (:meth:`_sync_homes`): a bind re-prices the groups of the nodes it changed
         names_of = getattr(self.state, "node_names", None)
         names = names_of() if callable(names_of) else [c.name for c in candidates]
-        book = getattr(self.state, "book", None)
-        version = (getattr(book, "version", None), len(names), by_free)
-        cached = self._cluster_groups
-        if cached is None or cached[0] != version or version[0] is None:
-            index: dict[object, int] = {}
-            groups: list[tuple[Topology, int, int]] = []
-            where: dict[str, int] = {}
-            for name in names:
-                view = self.state.node_view(name)
-                if by_free and view.by_free is not None:
-                    view = view.by_free
-                pos = _count(index, groups, view, name)
-                if pos >= 0:
-                    where[name] = pos
-            self._cluster_groups = cached = (version, groups, where)
-            self._homes.clear()
-        _, groups, where = cached
-        lists = waiting_by_node(groups, ask.request.upcoming, self.evaluator.memo,
-                                homes=self._homes, homes_key=version)
+        index = self._sync_homes(names, by_free)
+        lists = index.waiting(ask.request.upcoming)
+        where = index.where
         # a candidate the state does not list weighs nothing (its own view may differ)
         parts: dict[tuple[Upcoming, ...], list[int]] = {}
         for pos, c in enumerate(candidates):
             at = where.get(c.name, -1)
-            parts.setdefault(lists[at] if at >= 0 else (), []).append(pos)
+            parts.setdefault(lists.get(at, ()) if at >= 0 else (), []).append(pos)
         if ask.pod_uid:  # what bind decides with on each node (none: the plain request)
             self._asked.put((ask.pod_uid, "parts"), {
                 candidates[p].name: w for w, ps in parts.items() if w for p in ps})
@@ -430,6 +413,42 @@ class Decider:
             for p, row in zip(positions, decided, strict=True):
                 rows[p], calls[p] = row, call
         return cast(list[NodeDecision], rows), cast(list[_Call], calls)
+
+    def _sync_homes(self, names: list[str], by_free: bool) -> WaitingHomes:
+        """The waiting jobs' homes index of the nodes ``names`` (grouped by free mask when
+        ``by_free``), brought up to date: only the nodes whose view changed since the last
+        call (a bind, a pod ending) are moved between groups; new or removed nodes, or a
+        node's topology class changing, rebuild it from scratch."""
+        tracked = self._homes.get(by_free)
+        if tracked is None:
+            tracked = self._homes[by_free] = (WaitingHomes(self.evaluator.memo), [], {}, {})
+        index, known, seen, classes = tracked
+        if names != known:
+            index.reset()
+            seen.clear()
+            classes.clear()
+            known[:] = names
+        # a backend drops a node's cached view whenever its allocations or topology change,
+        # so a view seen before stands for an unchanged node
+        node_view = self.state.node_view
+        for name in names:
+            base = node_view(name)
+            if seen.get(name) is base:
+                continue
+            topo = base.topology
+            cls = topo.topology_class if isinstance(topo, Topology) else None
+            if name in classes and classes[name] != cls:
+                # the yardstick of every cost may change: start over
+                index.reset()
+                seen.clear()
+                classes.clear()
+                return self._sync_homes(names, by_free)
+            classes[name] = cls
+            seen[name] = base
+            view = base.by_free if by_free and base.by_free is not None else base
+            if isinstance(topo, Topology):
+                index.set_node(name, _key(view, name), topo, view.state.mask(topo))
+        return index
 
     def decide_exact(self, ask: Ask, view: NodeView) -> Outcome:
         """Decide ``ask`` on one node now, with no budget and no group cache (bind).
@@ -855,24 +874,6 @@ class Decider:
 def _key(view: NodeView, name: str) -> object:
     """A view's group key (its own name when it is in no group)."""
     return view.group if view.group is not None else ("node", name)
-
-
-def _count(index: dict[object, int], groups: list[tuple[Topology, int, int]], view: NodeView,
-           name: str) -> int:
-    """Count ``view`` into the groups of equal nodes (index: group key → position); its
-    group's position, or -1 for a node without a valid topology."""
-    topo = view.topology
-    if not isinstance(topo, Topology):
-        return -1
-    key = _key(view, name)
-    i = index.get(key)
-    if i is None:
-        i = index[key] = len(groups)
-        groups.append((topo, view.state.mask(topo), 1))
-    else:
-        t, m, n = groups[i]
-        groups[i] = (t, m, n + 1)
-    return i
 
 
 def _with_score(row: NodeDecision, score: int) -> NodeDecision:

@@ -179,3 +179,71 @@ def test_homes_are_sought_on_every_node_not_only_the_candidates() -> None:
     st.pending.observe(waiting("three", 3))
     assert len([g for g in range(8) if g not in bound_gpus(st, "half")]) == 4
     assert place_five(st, ("n1",))[1] == (0, 2, 3, 4, 7)
+
+
+def test_incremental_homes_match_a_from_scratch_computation() -> None:
+    """The extender keeps the waiting jobs' homes up to date node by node (a bind re-prices
+    only the groups it changed): after every bind and every pod ending of a random stream on a
+    mixed cluster, each node weighs the waiting jobs :func:`waiting_by_node` gives when the
+    whole cluster is grouped and priced from scratch, under both groupings."""
+    import random
+
+    from scheduler_extender.app import create_app
+    from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+    from topology.policies.robust import waiting_by_node
+
+    nodes = {f"d{i}": catalog.get("dgx1-v100") for i in range(5)}
+    nodes |= {f"m{i}": catalog.get("mapa-cubemesh-16") for i in range(3)}
+    nodes |= {f"p{i}": catalog.get("pcie-8gpu") for i in range(2)}
+    st = MemoryState(nodes)
+    ext = create_app(ExtenderSettings(state="memory"), st).state.runtime.extender
+    decider = ext.decider
+    names = st.node_names()
+    rng = random.Random(5)
+    jobs = tuple(Upcoming(k, ring(k) if k > 1 else None, sensitive=s)
+                 for k, s in ((3, True), (2, True), (5, True), (4, False), (1, True),
+                              (4, True), (6, True)))
+    running: list[str] = []
+
+    def scratch(by_free: bool) -> dict[str, tuple[Upcoming, ...]]:
+        index: dict[object, int] = {}
+        groups: list[Any] = []
+        where: dict[str, int] = {}
+        for n in names:
+            view = st.node_view(n)
+            if by_free:
+                view = view.by_free
+            key = view.group
+            if key not in index:
+                index[key] = len(groups)
+                groups.append([view.topology, view.state.mask(view.topology), 0])
+            groups[index[key]][2] += 1
+            where[n] = index[key]
+        lists = waiting_by_node([tuple(g) for g in groups], jobs, decider.evaluator.memo)
+        return {n: lists[where[n]] for n in names}
+
+    def incremental(by_free: bool) -> dict[str, tuple[Upcoming, ...]]:
+        index = decider._sync_homes(names, by_free)
+        lists = index.waiting(jobs)
+        return {n: lists.get(index.where[n], ()) for n in names}
+
+    homes_seen = 0
+    for i in range(60):
+        for by_free in (True, False):
+            expect = scratch(by_free)
+            assert incremental(by_free) == expect, (i, by_free)
+            homes_seen += sum(1 for w in expect.values() if w)
+        k = rng.choice((1, 2, 3, 4, 5))
+        p = gpu_pod(f"s{i}", k, annotations=RING if k > 1 else {})
+        args = ExtenderArgs.model_validate({"Pod": p, "NodeNames": names})
+        feasible = ext.filter(args)["NodeNames"] or []
+        if feasible:
+            node = rng.choice(feasible)
+            res = ext.bind(ExtenderBindingArgs(PodName=p["metadata"]["name"],
+                                               PodNamespace="default",
+                                               PodUID=p["metadata"]["uid"], Node=node))
+            if not res["Error"]:
+                running.append(p["metadata"]["name"])
+        if running and rng.random() < 0.4:
+            st.delete_pod("default", running.pop(rng.randrange(len(running))))
+    assert homes_seen > 0  # the stream reached states where some node is a job's one home

@@ -519,24 +519,43 @@ def waiting_by_node(
     return out
 
 
+def _yardstick(
+    classes: dict[str, Topology], u: Upcoming, memo: Memo,
+) -> tuple[dict[str, ModelTable | None], list[int], np.ndarray] | None:
+    """Per class, ``u``'s model table, and the columns and best ideal over the classes its
+    costs are taken against (None when no class has a table)."""
+    tables = {cls: model_table(topo, u.effective_pattern(), memo)
+              for cls, topo in classes.items()}
+    known = [t for t in tables.values() if t is not None]
+    if not known:
+        return None
+    cols = list(known[0].columns)
+    ideal = np.max([t.ideal[cols] for t in known], axis=0)
+    return tables, cols, ideal
+
+
+def _penalties(table: ModelTable, cols: list[int], ideal: np.ndarray,
+               masks: np.ndarray) -> np.ndarray:
+    """The worst-model cost of the best set on each free mask (inf where it does not fit)."""
+    best = table.best[masks][:, cols]  # -inf where it does not fit
+    worst = (ideal / np.maximum(best, FLOOR_GBPS) - 1.0).max(axis=1)
+    pen: np.ndarray = np.where(np.all(np.isfinite(best), axis=1), worst, np.inf)
+    return pen
+
+
 def _homes(by_class: dict[str, tuple[Topology, list[int]]], masks: np.ndarray,
            single: np.ndarray, u: Upcoming, memo: Memo) -> np.ndarray:
     """Which groups are waiting job ``u``'s one best home (``[G]`` bool)."""
-    tables = {cls: model_table(topo, u.effective_pattern(), memo)
-              for cls, (topo, _) in by_class.items()}
-    known = [t for t in tables.values() if t is not None]
-    if not known:
+    yard = _yardstick({cls: topo for cls, (topo, _) in by_class.items()}, u, memo)
+    if yard is None:
         return np.zeros(masks.shape[0], dtype=bool)
-    cols = list(known[0].columns)
-    ideal = np.max([t.ideal[cols] for t in known], axis=0)
+    tables, cols, ideal = yard
     pen = np.full(masks.shape[0], np.inf)
     for cls, (_, idx) in by_class.items():
         table = tables[cls]
         if table is None:
             continue
-        best = table.best[masks[idx]][:, cols]  # -inf where it does not fit
-        worst = (ideal / np.maximum(best, FLOOR_GBPS) - 1.0).max(axis=1)
-        pen[idx] = np.where(np.all(np.isfinite(best), axis=1), worst, np.inf)
+        pen[idx] = _penalties(table, cols, ideal, masks[idx])
     order = np.argsort(pen, kind="stable")
     first = int(order[0])
     second = float(pen[order[1]]) if masks.shape[0] > 1 else np.inf
@@ -545,6 +564,144 @@ def _homes(by_class: dict[str, tuple[Topology, list[int]]], masks: np.ndarray,
     others[first] = second
     home: np.ndarray = single & np.isfinite(pen) & (pen < others - TOLERANCE)
     return home
+
+
+class WaitingHomes:
+    """:func:`waiting_by_node` kept up to date node by node (the extender's lookahead).
+
+    The cluster is a set of nodes, each in a group of equal nodes (``key``: the extender's
+    group of the node) with a free-GPU mask; a group lives in a *slot* while it has nodes.
+    Each waiting job's cost per slot (what :func:`waiting_by_node` prices for every group) is
+    kept and recomputed only for the slots whose group changed since: a bind changes one
+    node, so one or two slots, not the whole cluster. A job's one best home depends on the
+    groups only through the lowest and second-lowest cost and the lowest one's node count,
+    so the answers are :func:`waiting_by_node`'s on the same groups, whatever the slot order.
+
+    Any change of the node names or of a node's topology class calls for :meth:`reset` (the
+    caller's job): the classes fix the yardstick (best ideal) every cost is taken against.
+
+    Args:
+        memo: the runner's memo (model tables).
+        max_jobs: waiting jobs whose costs are kept (all are forgotten beyond).
+    """
+
+    def __init__(self, memo: Memo, max_jobs: int = 256) -> None:
+        self.memo = memo
+        self.max_jobs = max_jobs
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every node, group and cost."""
+        #: node name -> its slot
+        self.where: dict[str, int] = {}
+        self._node_key: dict[str, object] = {}
+        self._slot_of: dict[object, int] = {}
+        self._free: list[int] = []
+        self._topos: list[Topology | None] = []
+        self._masks = np.zeros(0, dtype=np.int64)
+        self._counts = np.zeros(0, dtype=np.int64)
+        self._born = np.zeros(0, dtype=np.int64)  # generation the slot's group was set at
+        self._gen = 0
+        self._classes: dict[str, Topology] = {}  # in order of first appearance
+        self._class_slots: dict[str, list[int]] = {}
+        self._costs: dict[object, tuple[int, np.ndarray]] = {}
+
+    def set_node(self, name: str, key: object, topology: Topology, mask: int) -> None:
+        """Put ``name`` in group ``key`` (free mask ``mask``), leaving its former group."""
+        old = self._node_key.get(name)
+        if old is not None:
+            if old == key:
+                return
+            self._leave(name, old)
+        slot = self._slot_of.get(key)
+        if slot is None:
+            cls = topology.topology_class
+            if cls not in self._classes:
+                self._classes[cls] = topology
+                self._class_slots[cls] = []
+                self._costs.clear()  # a new class may raise the yardstick
+            if self._free:
+                slot = self._free.pop()
+                self._topos[slot] = topology
+            else:
+                slot = len(self._topos)
+                self._topos.append(topology)
+                grow = max(16, slot)
+                self._masks = np.concatenate([self._masks, np.zeros(grow, dtype=np.int64)])
+                self._counts = np.concatenate([self._counts, np.zeros(grow, dtype=np.int64)])
+                self._born = np.concatenate([self._born, np.zeros(grow, dtype=np.int64)])
+            self._gen += 1
+            self._slot_of[key] = slot
+            self._masks[slot] = mask
+            self._born[slot] = self._gen
+            self._class_slots[cls].append(slot)
+        self._counts[slot] += 1
+        self._node_key[name] = key
+        self.where[name] = slot
+
+    def _leave(self, name: str, key: object) -> None:
+        slot = self._slot_of[key]
+        self._counts[slot] -= 1
+        del self._node_key[name]
+        del self.where[name]
+        if self._counts[slot] == 0:
+            del self._slot_of[key]
+            topo = self._topos[slot]
+            assert topo is not None
+            self._class_slots[topo.topology_class].remove(slot)
+            self._topos[slot] = None
+            self._free.append(slot)
+
+    def _cost(self, u: Upcoming) -> np.ndarray:
+        """``u``'s cost per slot (inf for a free slot or where it does not fit)."""
+        size = len(self._topos)
+        key = u.key()
+        hit = self._costs.get(key)
+        if hit is not None and hit[1].shape[0] >= size:
+            seen, pen = hit
+            stale = np.flatnonzero(self._born[:size] > seen)
+        else:
+            pen = np.full(self._masks.shape[0], np.inf)
+            stale = np.arange(size)
+        if stale.size:
+            yard = _yardstick(self._classes, u, self.memo)
+            if yard is not None:
+                tables, cols, ideal = yard
+                for cls, slots in self._class_slots.items():
+                    table = tables[cls]
+                    if table is None or not slots:
+                        continue
+                    mine = stale if len(self._class_slots) == 1 else np.intersect1d(
+                        stale, np.asarray(slots, dtype=np.int64))
+                    if mine.size:
+                        pen[mine] = _penalties(table, cols, ideal, self._masks[mine])
+        if len(self._costs) >= self.max_jobs and key not in self._costs:
+            self._costs.clear()
+        self._costs[key] = (self._gen, pen)
+        return pen
+
+    def waiting(self, upcoming: Sequence[Upcoming]) -> dict[int, tuple[Upcoming, ...]]:
+        """Per slot that is some job's one best home, the waiting jobs its decision weighs
+        (:func:`waiting_by_node`'s list; every other slot weighs ``()``)."""
+        size = len(self._topos)
+        if not upcoming or not self.where:
+            return {}
+        live = self._counts[:size] > 0
+        home_of: dict[int, int] = {}
+        for j, u in enumerate(upcoming):
+            if not u.measured:
+                continue
+            pen = np.where(live, self._cost(u)[:size], np.inf)
+            first = int(np.argmin(pen))
+            low = float(pen[first])
+            second = float(np.partition(pen, 1)[1]) if size > 1 else np.inf
+            if self._counts[first] == 1 and np.isfinite(low) and low < second - TOLERANCE:
+                home_of[j] = first
+        out: dict[int, tuple[Upcoming, ...]] = {}
+        for slot in sorted(set(home_of.values())):
+            out[slot] = trim([u for j, u in enumerate(upcoming)
+                              if not u.measured or home_of.get(j) == slot])
+        return out
 
 
 def trim(upcoming: Sequence[Upcoming]) -> tuple[Upcoming, ...]:
