@@ -605,6 +605,9 @@ class WaitingHomes:
         self._classes: dict[str, Topology] = {}  # in order of first appearance
         self._class_slots: dict[str, list[int]] = {}
         self._costs: dict[object, tuple[int, np.ndarray]] = {}
+        self._changes = 0  # bumped by every change of a node's group
+        self._last: tuple[int, tuple[Upcoming, ...], dict[int, tuple[Upcoming, ...]]] | None \
+            = None  # the last answer of :meth:`waiting` (filter, then prioritize, ask twice)
 
     def set_node(self, name: str, key: object, topology: Topology, mask: int) -> None:
         """Put ``name`` in group ``key`` (free mask ``mask``), leaving its former group."""
@@ -636,6 +639,7 @@ class WaitingHomes:
             self._born[slot] = self._gen
             self._class_slots[cls].append(slot)
         self._counts[slot] += 1
+        self._changes += 1
         self._node_key[name] = key
         self.where[name] = slot
 
@@ -686,6 +690,10 @@ class WaitingHomes:
         size = len(self._topos)
         if not upcoming or not self.where:
             return {}
+        upcoming = tuple(upcoming)
+        last = self._last
+        if last is not None and last[0] == self._changes and last[1] == upcoming:
+            return last[2]
         live = self._counts[:size] > 0
         home_of: dict[int, int] = {}
         for j, u in enumerate(upcoming):
@@ -701,6 +709,7 @@ class WaitingHomes:
         for slot in sorted(set(home_of.values())):
             out[slot] = trim([u for j, u in enumerate(upcoming)
                               if not u.measured or home_of.get(j) == slot])
+        self._last = (self._changes, upcoming, out)
         return out
 
 
