@@ -53,6 +53,7 @@ from scheduler_extender.state import (
     NodeView,
     TopologyCache,
     _Interner,
+    intern_state,
 )
 from scheduler_extender.workers import (
     Dropped,
@@ -125,11 +126,15 @@ class Candidate(NamedTuple):
             or None when only the name came (``nodeCacheCapable``: the state backend's view).
         without: pod keys whose allocations on this node are left out of its state (the node
             as it would be once they were evicted); empty = the live state.
+        unusable: GPU indices this pod may not have on this node (counted as unhealthy in its
+            state: the DRA allocator's device taints the pod's requests do not tolerate);
+            empty = none.
     """
 
     name: str
     node: Mapping[str, Any] | None = None
     without: frozenset[str] = frozenset()
+    unusable: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -534,6 +539,10 @@ class Decider:
         (``NodeView.by_free``)."""
         view = self.state.node_view(c.name, without=c.without) if c.without else (
             self.state.node_view(c.name))
+        if c.unusable and not c.unusable <= view.state.unhealthy:
+            st = replace(view.state, unhealthy=view.state.unhealthy | c.unusable)
+            key = st.key()
+            view = NodeView.of(c.name, view.topology, st, key, intern_state(key))
         if c.node is not None:
             meta = c.node.get("metadata")
             ann = meta.get("annotations") if isinstance(meta, Mapping) else None
@@ -669,7 +678,7 @@ class Decider:
         for c in candidates:
             name, node = c.name, c.node
             # _view's common case inlined (a method call per node was 15 % of a filter):
-            if node is None and not c.without:  # nodeCacheCapable: the backend's view
+            if node is None and not c.without and not c.unusable:  # the backend's view
                 view = node_view(name)
                 if by_free and view.by_free is not None:
                     view = view.by_free

@@ -23,6 +23,15 @@ For each pod not bound yet that references ResourceClaims (:meth:`Allocator.sync
    without writing the claims again. A failed write releases what it had reserved and the pod
    is tried again.
 
+Device taints: a GPU whose device (of the kind the pod asks: ``gpu-<i>``, ``-share`` or
+``-slot``) carries a NoSchedule or NoExecute taint that one of the pod's gputopo requests does
+not tolerate (its ``exactly.tolerations``) is not free for that pod: the decision sees it as
+unhealthy (:attr:`~scheduler_extender.decision.Candidate.unusable`), so the policy stays pure
+and never picks it. kube-scheduler's rules (:func:`~scheduler_extender.dra.claims.
+taint_prevents`); gputopo's own :data:`topology.dra.ALLOCATOR_TAINT`, there for
+kube-scheduler's allocator, is ignored. The pod's set is one decision split over its requests,
+so a GPU counts as tainted for the pod unless every request tolerates its taints.
+
 The node must suit the rest of the pod too. The allocator checks ``spec.nodeSelector`` and
 NoSchedule/NoExecute taints against tolerations; anything else that keeps the pod off the node
 (CPU, affinity, other drivers' claims) makes kube-scheduler's PostFilter deallocate the claim
@@ -51,13 +60,16 @@ from scheduler_extender.dra.claims import (
     DELETE_PROTECTION,
     ClaimAsk,
     ClaimError,
+    DeviceTaint,
     Grant,
     PodClaimRef,
+    RequestAsk,
     allocation_status,
     pod_claim_refs,
     pod_demand,
     pod_gated,
     split,
+    taint_prevents,
 )
 from scheduler_extender.dra.state import DraState, claim_ref
 from scheduler_extender.kubernetes_state import ApiError
@@ -394,6 +406,17 @@ class Allocator:
         candidates: list[Candidate] = []
         with self._lock:
             node_objs = dict(self._nodes)
+        requests = [r for c in todo for r in c.requests]
+        tainted: dict[str, str] = {}
+
+        def candidate(name: str) -> Candidate:
+            blocked = self._tainted(name, requests)
+            if not blocked:
+                return Candidate(name)
+            tainted[name] = "device taints not tolerated: " + ", ".join(
+                f"GPU {i} {t}" for i, t in sorted(blocked.items()))
+            return Candidate(name, unusable=frozenset(blocked))
+
         for name in self.state.node_names():
             if required is not None and name != required:
                 continue
@@ -403,10 +426,10 @@ class Allocator:
             if why is not None:
                 refused[name] = why
                 continue
-            candidates.append(Candidate(name))
+            candidates.append(candidate(name))
         if not candidates and tried and required is None:
             self._tried.pop(uid, None)  # every node refused once: try them all again
-            candidates = [Candidate(n) for n in self.state.node_names() if n not in refused
+            candidates = [candidate(n) for n in self.state.node_names() if n not in refused
                           or refused[n] == "kube-scheduler refused the pod there"]
         t0 = time.perf_counter()
         ask = Ask(preq.request, policy, uid, required)
@@ -421,7 +444,8 @@ class Allocator:
             del self.metrics.decision_seconds[:5_000]
         best = self._best(rows)
         if best is None:
-            reasons = {r.name: r.outcome.reason for r in rows} | refused
+            reasons = {r.name: r.outcome.reason + (f" ({tainted[r.name]})" if r.name in tainted
+                                                   else "") for r in rows} | refused
             self._wait(key, "no node has the GPUs: " + "; ".join(
                 f"{n}: {why}" for n, why in sorted(reasons.items())[:8]) if reasons else
                 "no node offers gputopo GPUs")
@@ -454,6 +478,21 @@ class Allocator:
                  ",".join(map(str, decision.mapping)), decision.effective_bandwidth_gbps,
                  decision.policy, ",".join(g.claim.name for g in grants))
         self._writers.submit(self._write, key, rec, best.name, grants, decision)
+
+    def _tainted(self, node: str, requests: list[RequestAsk]) -> dict[int, DeviceTaint]:
+        """GPU index → the first taint of its device on ``node`` that one of ``requests``
+        (all of one kind: :func:`~scheduler_extender.dra.claims.pod_demand`) does not
+        tolerate."""
+        if not requests:
+            return {}
+        out: dict[int, DeviceTaint] = {}
+        for i, taints in self.state.device_taints(node, requests[0].kind).items():
+            for r in requests:
+                hit = taint_prevents(taints, r.tolerations)
+                if hit is not None:
+                    out[i] = hit
+                    break
+        return out
 
     @staticmethod
     def _best(rows: list[NodeDecision]) -> NodeDecision | None:

@@ -64,6 +64,61 @@ class ClaimError(ValueError):
 
 
 @dataclass(frozen=True)
+class DeviceTaint:
+    """A NoSchedule or NoExecute taint on a device (``resource.k8s.io/v1`` ``DeviceTaint``;
+    other effects never prevent an allocation)."""
+
+    key: str
+    value: str
+    effect: str
+
+    def __str__(self) -> str:
+        return f"{self.key}={self.value}:{self.effect}"
+
+
+@dataclass(frozen=True)
+class DeviceToleration:
+    """One of a request's ``exactly.tolerations`` (``resource.k8s.io/v1``
+    ``DeviceToleration``; ``tolerationSeconds`` only bounds a NoExecute eviction, never an
+    allocation, so it is not kept)."""
+
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+
+def tolerates(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
+    """Whether ``toleration`` tolerates ``taint``: upstream's rules exactly
+    (k8s.io/dynamic-resource-allocation v0.36.3 ``resourceclaim/devicetoleration.go:35-56``,
+    ``ToleratesTaint``): an empty effect matches every effect, else the effects must be equal;
+    an empty key matches every key, else the keys must be equal; then ``Exists`` matches any
+    value, ``Equal`` (or empty) needs the values equal, any other operator matches nothing."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator in ("", "Equal"):
+        return toleration.value == taint.value
+    return toleration.operator == "Exists"
+
+
+def taint_prevents(taints: Iterable[DeviceTaint],
+                   tolerations: Iterable[DeviceToleration]) -> DeviceTaint | None:
+    """The first of a device's taints that ``tolerations`` do not tolerate (None: the device
+    may be allocated to the request) — kube-scheduler's ``taintPreventsAllocation``
+    (k8s.io/dynamic-resource-allocation v0.36.3
+    ``structured/internal/incubating/allocator_incubating.go:1519-1530``, with
+    ``taintTolerated`` at 1532-1539; checked at 1380 while DRADeviceTaints is on): only the
+    NoSchedule and NoExecute effects count (:class:`DeviceTaint` holds no other)."""
+    tols = tuple(tolerations)
+    for taint in taints:
+        if not any(tolerates(t, taint) for t in tols):
+            return taint
+    return None
+
+
+@dataclass(frozen=True)
 class RequestAsk:
     """One request of a gputopo claim.
 
@@ -74,6 +129,7 @@ class RequestAsk:
         count: whole GPUs asked (1 for a share or a slot).
         core_percent: a share's compute, percent of one GPU (0: no compute limit).
         memory_mib: a share's or slot's memory, MiB (0: none asked).
+        tolerations: its ``exactly.tolerations`` (device taints it tolerates).
     """
 
     name: str
@@ -82,6 +138,7 @@ class RequestAsk:
     count: int
     core_percent: int = 0
     memory_mib: int = 0
+    tolerations: tuple[DeviceToleration, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -178,11 +235,12 @@ def _request(claim_key: str, request: Mapping[str, Any]) -> RequestAsk | None:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise ClaimError(f"{where}: count {count!r} is not a positive integer")
     cap = _capacity(exact, where)
+    tols = _tolerations(exact, where)
     if kind is DeviceKind.GPU:
         if cap:
             raise ClaimError(f"{where}: whole GPUs ({cls}) take no capacity requests; ask "
                              "share.gpu.gputopo.io for a share")
-        return RequestAsk(name, str(cls), kind, count)
+        return RequestAsk(name, str(cls), kind, count, tolerations=tols)
     if count != 1:
         raise ClaimError(f"{where}: a {kind.value} is one device: count must be 1, not {count}")
     try:
@@ -197,14 +255,28 @@ def _request(claim_key: str, request: Mapping[str, Any]) -> RequestAsk | None:
                              "of the GPU follows from its profile")
         if slots != 1:
             raise ClaimError(f"{where}: a co-location job takes exactly 1 slot, not {slots}")
-        return RequestAsk(name, str(cls), kind, 1, 0, memory)
+        return RequestAsk(name, str(cls), kind, 1, 0, memory, tols)
     if core.denominator != 1 or not 0 <= core <= FULL_CORE:
         raise ClaimError(f"{where}: {CAP_COMPUTE} {cap[CAP_COMPUTE]!r} is not a percent "
                          f"0-{FULL_CORE}")
     if core == 0 and memory == 0:
         raise ClaimError(f"{where}: a share asks {CAP_COMPUTE} (percent of a GPU) and/or "
                          f"{CAP_MEMORY}; this one asks neither")
-    return RequestAsk(name, str(cls), kind, 1, int(core), memory)
+    return RequestAsk(name, str(cls), kind, 1, int(core), memory, tols)
+
+
+def _tolerations(exact: Mapping[str, Any], where: str) -> tuple[DeviceToleration, ...]:
+    """A request's ``exactly.tolerations`` (the API server has validated and defaulted them).
+
+    Raises:
+        ClaimError: they are not a list of objects.
+    """
+    raw = exact.get("tolerations") or []
+    if not isinstance(raw, list) or not all(isinstance(t, Mapping) for t in raw):
+        raise ClaimError(f"{where}: tolerations must be a list of objects")
+    return tuple(DeviceToleration(str(t.get("key") or ""), str(t.get("operator") or "Equal"),
+                                  str(t.get("value") or ""), str(t.get("effect") or ""))
+                 for t in raw)
 
 
 def _allocated_node(allocation: Mapping[str, Any]) -> str | None:

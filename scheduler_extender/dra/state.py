@@ -14,6 +14,10 @@ vGPU shares and co-location slots follow the device-plugin path's accounting exa
   latest generation, complete) lists device ``gpu-<i>``; a GPU the driver left out (unhealthy)
   is never handed out. Co-location slots per GPU: the ``slots`` capacity of the ``-slot``
   devices (0 when there are none). A node with no complete pool offers nothing.
+* **Device taints**: each offered device's NoSchedule/NoExecute taints
+  (:meth:`DraState.device_taints`), except :data:`topology.dra.ALLOCATOR_TAINT` (addressed to
+  kube-scheduler's allocator, not to this one). Whether one keeps a GPU from a request depends
+  on the request's tolerations, so the allocator applies them per decision.
 * **Held GPUs**: every claim whose ``status.allocation`` names gputopo devices, whoever wrote
   it, rebuilt from a list at start and kept by the watch: an allocator restart loses nothing.
   A co-location slot's resident profile comes from its pod's ``gputopo.io/colocation``
@@ -31,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from scheduler_extender.dra.claims import ClaimAsk, ClaimError, parse_claim
+from scheduler_extender.dra.claims import ClaimAsk, ClaimError, DeviceTaint, parse_claim
 from scheduler_extender.state import (
     Allocation,
     AllocationBook,
@@ -46,7 +50,14 @@ from scheduler_extender.state import (
 from topology.colocation.profile import builtin_catalog
 from topology.colocation.sources import resolve_profile
 from topology.contract import ANN_TOPOLOGY
-from topology.dra import CAP_SLOTS, DRIVER, DeviceKind, DRAContractError, parse_device_name
+from topology.dra import (
+    ALLOCATOR_TAINT,
+    CAP_SLOTS,
+    DRIVER,
+    DeviceKind,
+    DRAContractError,
+    parse_device_name,
+)
 from topology.model import Topology
 from topology.policies.base import Decision, Resident
 
@@ -90,6 +101,7 @@ class DraState(BookedViews):
         self._node_ann: dict[str, str | None] = {}
         self._pools: dict[str, _Pool] = {}
         self._offered: dict[str, frozenset[int]] = {}
+        self._taints: dict[str, dict[DeviceKind, dict[int, tuple[DeviceTaint, ...]]]] = {}
         self._claims: dict[str, tuple[Mapping[str, Any], ClaimAsk | ClaimError]] = {}
         self._by_uid: dict[str, str] = {}
         self._residents: dict[str, Resident] = {}
@@ -142,6 +154,12 @@ class DraState(BookedViews):
         """GPU indices the node's pool offers (``gpu-<i>`` devices)."""
         return self._offered.get(name, frozenset())
 
+    def device_taints(self, name: str, kind: DeviceKind) -> Mapping[int, tuple[DeviceTaint, ...]]:
+        """GPU index → the NoSchedule/NoExecute taints of the node's ``kind`` device of that
+        GPU (``gpu-<i>``, ``gpu-<i>-share``, ``gpu-<i>-slot``), gputopo's allocator taint left
+        out; untainted devices are not listed."""
+        return self._taints.get(name, {}).get(kind, {})
+
     # ------------------------------------------------------------------ slices
     def apply_slice(self, kind: str, obj: Mapping[str, Any]) -> None:
         """One ResourceSlice event (other drivers' slices are ignored)."""
@@ -171,6 +189,7 @@ class DraState(BookedViews):
         """Recompute what ``node`` offers (under the lock)."""
         p = self._pools.get(node)
         offered: set[int] = set()
+        taints: dict[DeviceKind, dict[int, tuple[DeviceTaint, ...]]] = {}
         slots = 0
         if p is not None and p.complete():
             for s in (p.slices or {}).values():
@@ -179,6 +198,9 @@ class DraState(BookedViews):
                         ref = parse_device_name(str(dev.get("name", "")))
                     except DRAContractError:
                         continue
+                    tainted = _device_taints(dev)
+                    if tainted:
+                        taints.setdefault(ref.kind, {})[ref.index] = tainted
                     if ref.kind is DeviceKind.GPU:
                         offered.add(ref.index)
                     elif ref.kind is DeviceKind.SLOT:
@@ -191,6 +213,10 @@ class DraState(BookedViews):
             self._offered[node] = frozenset(offered)
         else:
             self._offered.pop(node, None)
+        if taints:
+            self._taints[node] = taints
+        else:
+            self._taints.pop(node, None)
         topo = self.node_topology(node)
         size = topo.size if isinstance(topo, Topology) else 0
         self.book.set_unhealthy(node, [i for i in range(size) if i not in offered])
@@ -342,6 +368,22 @@ class DraState(BookedViews):
     def allocation(self, pod_key: str) -> Allocation | None:
         """The record of claim UID ``pod_key``, if any."""
         return self.book.get(pod_key)
+
+
+def _device_taints(dev: Mapping[str, Any]) -> tuple[DeviceTaint, ...]:
+    """A device's taints that may prevent an allocation (NoSchedule, NoExecute; other effects,
+    None included, never do), without gputopo's own allocator taint."""
+    out: list[DeviceTaint] = []
+    for t in dev.get("taints") or []:
+        if not isinstance(t, Mapping) or t.get("effect") not in ("NoSchedule", "NoExecute"):
+            continue
+        taint = DeviceTaint(str(t.get("key") or ""), str(t.get("value") or ""),
+                            str(t.get("effect")))
+        if (taint.key, taint.value, taint.effect) == (
+                ALLOCATOR_TAINT["key"], ALLOCATOR_TAINT["value"], ALLOCATOR_TAINT["effect"]):
+            continue
+        out.append(taint)
+    return tuple(out)
 
 
 def default_resident(claim: ClaimAsk, memory_mib: int) -> Resident:

@@ -338,3 +338,86 @@ def test_a_pod_event_during_its_writes_does_not_decide_it_twice() -> None:
     drain(alloc)
     assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/c")]
     assert len(_indices(api.claims["ns/c"])) == 2
+
+
+def _taint_devices(alloc: Any, machine: str, node: str, taints: dict[str, list[dict[str, str]]],
+                   generation: int = 2) -> None:
+    """Publish ``node``'s pool again with extra taints on the named devices (beside the
+    driver's allocator taint every device carries)."""
+    for s in dra.resource_slices(catalog.get(machine), node, generation=generation):
+        for d in s["spec"].get("devices", []):
+            d["taints"] = d["taints"] + taints.get(d["name"], [])
+        alloc.on_slice("ADDED", s)
+
+
+def test_a_device_taint_keeps_its_gpu_from_requests_not_tolerating_it() -> None:
+    drained = {"key": "example.com/drain", "value": "maintenance", "effect": "NoSchedule"}
+    evict = {"key": "example.com/broken", "value": "", "effect": "NoExecute"}
+    harmless = {"key": "example.com/note", "value": "x", "effect": "None"}
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    taints = {f"gpu-{i}": [drained] for i in range(5)}
+    taints["gpu-5"] = [evict]
+    taints["gpu-6"] = [harmless]  # effect None never prevents an allocation
+    _taint_devices(alloc, "dgx1-v100", "n0", taints)
+    # whole GPUs: only 6 and 7 are free for a request tolerating nothing
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/a"])) == [6, 7]
+    # a wrong value, or the wrong effect, does not tolerate; the reason names the taints
+    wrong = [{"key": "example.com/drain", "operator": "Equal", "value": "other"},
+             {"key": "example.com/drain", "operator": "Exists", "effect": "NoExecute"}]
+    api.add_claim(claim_obj("ns", "b", [{"name": "g", "exactly": {
+        "deviceClassName": dra.CLASS_GPU, "count": 2, "tolerations": wrong}}]))
+    api.add_pod(pod_obj("ns", "b", [("g", "b")]))
+    drain(alloc)
+    assert api.claims["ns/b"]["status"] == {}
+    reason = [m for n, _r, m in api.events if n == "b"][-1]
+    assert "GPU 0 example.com/drain=maintenance:NoSchedule" in reason
+    assert "GPU 5 example.com/broken=:NoExecute" in reason
+    # tolerating the drain taint (Equal, any effect) opens GPUs 0-4, not the NoExecute one;
+    # of a pod's two claims, both must tolerate it
+    ok = [{"key": "example.com/drain", "operator": "Equal", "value": "maintenance"}]
+    api.add_claim(claim_obj("ns", "c1", [{"name": "g", "exactly": {
+        "deviceClassName": dra.CLASS_GPU, "count": 2, "tolerations": ok}}]))
+    api.add_claim(claim_obj("ns", "c2", [{"name": "g", "exactly": {
+        "deviceClassName": dra.CLASS_GPU, "count": 2,
+        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}]}}]))
+    api.add_pod(pod_obj("ns", "c", [("x", "c1"), ("y", "c2")]))
+    drain(alloc)
+    got = set(_indices(api.claims["ns/c1"])) | set(_indices(api.claims["ns/c2"]))
+    assert len(got) == 4 and got <= {0, 1, 2, 3, 4}
+    # the pod still waiting on the wrong tolerations stays off them (it asked 2 of 1 left)
+    assert api.claims["ns/b"]["status"] == {}
+    # the taint removed (a new pool generation): its GPU is free again for anyone
+    _taint_devices(alloc, "dgx1-v100", "n0", {}, generation=3)
+    drain(alloc)
+    assert len(_indices(api.claims["ns/b"])) == 2
+
+
+def test_a_taint_on_the_whole_gpu_device_leaves_its_share_device_alone() -> None:
+    # kube-scheduler checks the taints of the device it allocates: a share request gets
+    # gpu-<i>-share, so only that device's taints count for it
+    drained = {"key": "example.com/drain", "value": "", "effect": "NoSchedule"}
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    _taint_devices(alloc, "dgx1-v100", "n0",
+                   {**{f"gpu-{i}": [drained] for i in range(8)},
+                    **{f"gpu-{i}-share": [drained] for i in range(8) if i != 3}})
+    api.add_claim(claim_obj("ns", "s", [share("s", 30, "4Gi")]))
+    api.add_pod(pod_obj("ns", "s", [("s", "s")]))
+    api.add_claim(claim_obj("ns", "w", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "w", [("g", "w")]))
+    drain(alloc)
+    assert _indices(api.claims["ns/s"]) == [3]
+    assert api.claims["ns/w"]["status"] == {}
+
+
+def test_only_the_drivers_own_allocator_taint_is_ignored() -> None:
+    # the same key with another value or effect is somebody else's taint
+    other = {**dra.ALLOCATOR_TAINT, "value": "someone-else"}
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    _taint_devices(alloc, "dgx1-v100", "n0", {f"gpu-{i}": [other] for i in range(7)})
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert _indices(api.claims["ns/a"]) == [7]
