@@ -38,7 +38,7 @@ from localcluster.gpucluster import (
     gputopo_command,
     resolve_machine,
 )
-from localcluster.process import ManagedProcess
+from localcluster.process import ChildProcess, ManagedProcess
 from topology import dra
 from topology.contract import ANN_BW_SENSITIVE, ANN_PATTERN, ANN_POLICY
 from topology.model import Topology
@@ -56,7 +56,7 @@ KCM_CLIENT_ARGS = ("--kube-api-qps=200", "--kube-api-burst=300")
 DRA_VALUES: dict[str, Any] = {"mode": "dra"}
 
 
-class GputopoProcess:
+class GputopoProcess(ChildProcess):
     """A ``gputopo`` subcommand as a child process, ready when ``ready()`` says so.
 
     Args:
@@ -76,11 +76,6 @@ class GputopoProcess:
         self._env_drop = env_drop
         self.process: ManagedProcess | None = None
         self.starts = 0
-
-    @property
-    def pid(self) -> int | None:
-        """PID while started."""
-        return self.process.pid if self.process is not None else None
 
     def start(self, timeout_s: float = 120.0) -> GputopoProcess:
         """Start it and wait until ready.
@@ -128,16 +123,6 @@ class GputopoProcess:
                                         f"{self.log_path}:\n{proc.log_tail()}")
             time.sleep(0.1)
 
-    def kill(self) -> None:
-        """SIGKILL it (a crash: no shutdown code runs) and reap it."""
-        if self.process is None or self.process.pid is None:
-            return
-        try:
-            os.kill(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.stop(grace_s=0)
-
     def terminate(self) -> None:
         """Send SIGTERM to its process group, without waiting (:meth:`stop` waits)."""
         if self.process is not None and self.process.pid is not None and \
@@ -146,16 +131,6 @@ class GputopoProcess:
                 os.killpg(self.process.pid, signal.SIGTERM)
             except (ProcessLookupError, PermissionError):
                 pass
-
-    def stop(self) -> None:
-        """SIGTERM, then SIGKILL, by PID. Idempotent."""
-        atexit.unregister(self.stop)
-        if self.process is not None:
-            self.process.stop(grace_s=10)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of its log."""
-        return self.process.log_tail(lines) if self.process is not None else ""
 
 
 def http_ok(url: str) -> bool:

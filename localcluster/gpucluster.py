@@ -33,7 +33,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import ssl
 import sys
 import time
@@ -52,7 +51,7 @@ from device_plugin.devices import memory_units
 from gpunode.publish import node_metadata
 from localcluster.chart import render_scheduler_config
 from localcluster.controlplane import ControlPlane, ControlPlaneError, free_port, wait_until
-from localcluster.process import ManagedProcess
+from localcluster.process import ChildProcess, ManagedProcess
 from scheduler_extender.podspec import pod_resources
 from topology import catalog
 from topology.colocation.model import DEFAULT_SLOTS
@@ -167,7 +166,7 @@ def add_gpu_node(
 
 
 # ---------------------------------------------------------------------------- extender
-class ExtenderProcess:
+class ExtenderProcess(ChildProcess):
     """``gputopo extender --state kubernetes`` on 127.0.0.1 as a child process.
 
     Args:
@@ -206,11 +205,6 @@ class ExtenderProcess:
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` (``https://`` with an ``ssl_context``)."""
         return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """PID of the running extender (None when not started)."""
-        return self.process.pid if self.process is not None else None
 
     def start(self, ready_timeout_s: float = 60.0) -> ExtenderProcess:
         """Start it and wait until ``/readyz`` says its state is synced (nodes and pods listed).
@@ -254,26 +248,6 @@ class ExtenderProcess:
                 )
             time.sleep(0.1)
         return self
-
-    def kill(self) -> None:
-        """SIGKILL the extender by PID (a crash: no shutdown code runs) and reap it."""
-        if self.process is None or self.process.pid is None:
-            return
-        try:
-            os.kill(self.process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.process.stop(grace_s=0)
-
-    def stop(self) -> None:
-        """Stop it by PID (SIGTERM to its process group, then SIGKILL). Idempotent."""
-        atexit.unregister(self.stop)
-        if self.process is not None:
-            self.process.stop(grace_s=10)
-
-    def log_tail(self, lines: int = 40) -> str:
-        """The end of its log."""
-        return self.process.log_tail(lines) if self.process is not None else ""
 
     def post(self, verb: str, body: Mapping[str, Any], timeout_s: float = 10.0) -> Any:
         """POST ``body`` to ``/<verb>`` and return the decoded JSON reply.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import subprocess
@@ -122,3 +123,37 @@ class ManagedProcess:
 
     def __repr__(self) -> str:
         return f"ManagedProcess({self.name!r}, pid={self.pid}, log={str(self.log_path)!r})"
+
+
+class ChildProcess:
+    """What a harness wrapper around one :class:`ManagedProcess` shares (a gputopo component
+    the tests start, crash and stop): its PID, a crash, a stop and its log. Subclasses start
+    it, set ``process`` and register :meth:`stop` with ``atexit``."""
+
+    process: ManagedProcess | None = None
+    starts: int = 0
+
+    @property
+    def pid(self) -> int | None:
+        """PID while started (None before)."""
+        return self.process.pid if self.process is not None else None
+
+    def kill(self) -> None:
+        """SIGKILL it by PID (a crash: no shutdown code runs) and reap it."""
+        if self.process is None or self.process.pid is None:
+            return
+        try:
+            os.kill(self.process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.process.stop(grace_s=0)
+
+    def stop(self) -> None:
+        """Stop it by PID (SIGTERM to its process group, then SIGKILL). Idempotent."""
+        atexit.unregister(self.stop)
+        if self.process is not None:
+            self.process.stop(grace_s=10)
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of its log."""
+        return self.process.log_tail(lines) if self.process is not None else ""
