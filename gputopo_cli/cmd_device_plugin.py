@@ -8,13 +8,12 @@ Every flag can also come from ``GPUTOPO_DP_<NAME>`` (``NODE_NAME`` for the node)
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gputopo_cli.common import fail
+from gputopo_cli.common import configure_logging, fail
 
 _DIR = "kubelet device-plugin directory (default: /var/lib/kubelet/device-plugins/)"
 
@@ -207,10 +206,7 @@ def register(app: typer.Typer) -> None:
             settings = load_settings(flags, Path(config) if config else None)
         except SettingsError as exc:
             fail(str(exc))
-        logging.basicConfig(
-            level=settings.log_level,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings.log_level)
         try:
             plugin = DevicePlugin.build(settings)
             plugin.run_until_signalled()

@@ -3,13 +3,12 @@ placement policies choose (docs/dra.md)."""
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gputopo_cli.common import fail
+from gputopo_cli.common import configure_logging, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -52,8 +51,7 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         except SettingsError as exc:
             fail(str(exc))
-        logging.basicConfig(level=settings.log_level.upper(),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(settings.log_level)
         try:
             run(settings)
         except ApiError as exc:

@@ -9,13 +9,12 @@ one line.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gputopo_cli.common import fail
+from gputopo_cli.common import configure_logging, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -78,8 +77,7 @@ def register(app: typer.Typer) -> None:
             settings = load_settings(flags, Path(config) if config else None)
         except SettingsError as exc:
             fail(str(exc))
-        logging.basicConfig(level=settings.log_level,
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(settings.log_level)
         try:
             driver = DRADriver.build(settings)
             driver.run_until_signalled()

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gputopo_cli.common import fail
+from gputopo_cli.common import configure_logging, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -69,10 +69,7 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         except SettingsError as exc:
             fail(str(exc))
-        logging.basicConfig(
-            level=settings.log_level.upper(),
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
+        configure_logging(settings.log_level)
         backend: ClusterState
         if settings.state == "memory":
             backend = MemoryState.from_spec(settings.nodes)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from gputopo_cli.common import fail
+from gputopo_cli.common import configure_logging, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -49,8 +48,7 @@ def register(app: typer.Typer) -> None:
             )  # fmt: skip
         except SettingsError as exc:
             fail(str(exc))
-        logging.basicConfig(level=settings.log_level.upper(),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(settings.log_level)
         try:
             run(settings)
         except ApiError as exc:

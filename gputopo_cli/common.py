@@ -16,3 +16,12 @@ def fail(message: str, code: int = EXIT_BAD_INPUT) -> NoReturn:
     first = " ".join(str(message).split())
     print(f"gputopo: error: {first}", file=sys.stderr)
     raise typer.Exit(code)
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at ``level`` (``DEBUG`` | ``INFO`` | ``WARNING`` | ``ERROR``, any case)
+    with the format every long-running gputopo command uses."""
+    import logging
+
+    logging.basicConfig(level=level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
