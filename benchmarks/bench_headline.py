@@ -23,7 +23,10 @@ Jobs come from :func:`simulator.multinode_workloads.hierarchy_workload` (MAPA's 
 run times; 30 % gangs of 2-4 pods of 4 or 8 GPUs). Like the simulator, a job runs
 ``runtime_s × bandwidth_factor(bottleneck, ideal, comm_share)``: its bottleneck bandwidth is
 predicted from where its pods actually landed (:func:`topology.gang.predict`: each pod's GPU
-set inside its node, gputopo-v1; its ring between nodes through the NICs its GPUs use, at the
+set inside its node, gputopo-v1, with the pod's ranks in the set's best ring order — NCCL
+searches the ring that maximises its bottleneck, whatever the GPUs' index order, and on a DGX-1
+the order with the best gputopo-v1 EffBW has the best bottleneck for every ring of 3-8 GPUs;
+the same judge on both stacks; its ring between nodes through the NICs its GPUs use, at the
 rack's or the spine's share), *ideal* is the best any placement on the idle cluster gets. When
 a job's pods are all running, the replay writes that duration on each pod
 (``kwok.gputopo.io/run-duration``) and kwok completes them then.
@@ -51,6 +54,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -140,6 +144,7 @@ class JobState:
     succeeded: set[str] = field(default_factory=set)
     nodes: tuple[str, ...] = ()
     kname: str = ""  # the Job object's name (a restarted job gets a new one)
+    placed: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # at start
 
 
 class Replay:
@@ -227,8 +232,10 @@ class Replay:
 
     def _start(self, st: JobState, now: float) -> None:
         by_node: dict[str, list[Decision]] = {}
+        pattern = st.job.request().effective_pattern()
         for node, gpus in st.bound.values():
-            by_node.setdefault(node, []).append(_decision(gpus))
+            by_node.setdefault(node, []).append(_decision(_best_order(pattern.edges,
+                                                                       tuple(sorted(gpus)))))
         parts = [(GangNode(n, self.paths[n], self.topo, NodeState(), self.network), ds)
                  for n, ds in sorted(by_node.items(), key=lambda kv: self.paths[kv[0]])]
         req = st.job.request()
@@ -240,6 +247,7 @@ class Replay:
         st.started = now
         st.partial_since = None
         st.nodes = tuple(sorted(by_node))
+        st.placed = dict(st.bound)
         duration = st.job.runtime_s * st.factor / self.scale
         for pname in list(st.bound):
             try:
@@ -371,6 +379,7 @@ class Replay:
                             "started_s": round((cast(float, s.started) - first) * self.scale,
                                                1),
                             "ended_s": round((cast(float, s.ended) - first) * self.scale, 1),
+                            "gpus": {p: [n, list(g)] for p, (n, g) in s.placed.items()},
                             "bottleneck_gbps": s.bottleneck if math.isfinite(s.bottleneck)
                             else None, "factor": round(s.factor, 4)}
                      for name, s in self.jobs.items()},
@@ -382,6 +391,28 @@ def _percentile(values: Sequence[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100.0
     lo, hi = math.floor(k), math.ceil(k)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+@cache
+def _best_order(edges: tuple[tuple[int, int], ...], gpus: tuple[int, ...]) -> tuple[int, ...]:
+    """Ranks over ``gpus`` in the order NCCL's ring search would find: the arrangement of the
+    pattern with the highest gputopo-v1 EffBW."""
+    import numpy as np
+
+    from topology.policies.bandwidth import GPUTOPO_P
+    from topology.policies.matching import _arrangements_and_perms
+
+    if len(gpus) < 2 or not edges:
+        return gpus
+    _, perms = _arrangements_and_perms(len(gpus), edges)
+    bw = np.array(catalog.get(MACHINE).bandwidth_matrix, dtype=float)
+    maps = np.array(gpus)[perms]  # [A, n]: rank -> GPU
+    e = np.array(edges)
+    w = bw[maps[:, e[:, 0]], maps[:, e[:, 1]]]  # [A, m]
+    with np.errstate(divide="ignore"):
+        score = np.power(w, GPUTOPO_P).mean(axis=1) ** (1.0 / GPUTOPO_P)
+    best = maps[int(np.argmax(score))]
+    return tuple(int(x) for x in best)
 
 
 def _decision(gpus: tuple[int, ...]) -> Decision:
