@@ -83,6 +83,7 @@ def register_cluster(app: typer.Typer) -> None:
         policy: Annotated[str, typer.Option("--policy", help="default placement policy")] = "gputopo",
         state_dir: Annotated[Path | None, typer.Option("--state-dir", help="where state, kubeconfig and logs go (default ~/.cache/gputopo/cluster)")] = None,
         timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for it (1-3600)")] = 600.0,
+        device_taint_rules: Annotated[bool, typer.Option("--device-taint-rules", help="serve DeviceTaintRules (resource.k8s.io/v1beta2) and turn on their beta gate DRADeviceTaintRules in kube-apiserver, kube-scheduler and kube-controller-manager (both off by default in 1.36)")] = False,
     ) -> None:
         """Start the cluster in the background and print its kubeconfig path; it runs until
         `gputopo cluster down`. The first run builds the control-plane binaries (minutes;
@@ -115,7 +116,8 @@ def register_cluster(app: typer.Typer) -> None:
             fail(f"control-plane binaries unavailable: {exc}", 1)
         where = state_dir or default_state_dir()
         try:
-            st = start(node_list, mode, where, policy=policy, timeout_s=timeout)
+            st = start(node_list, mode, where, policy=policy, timeout_s=timeout,
+                       device_taint_rules=device_taint_rules)
         except ClusterUpError as exc:
             fail(str(exc), 1)
         print(f"gputopo cluster up ({st.mode}): {len(st.nodes)} nodes, API server {st.server}")

@@ -123,6 +123,10 @@ class ControlPlane:
         keep_workdir: leave the work directory in place on stop (for debugging).
         ready_timeout_s: seconds each component may take to become ready.
         apiserver_args: extra kube-apiserver flags, appended last (so they override).
+        feature_gates: Kubernetes feature gates (name → on), given as ``--feature-gates`` to
+            kube-apiserver and to every kube-scheduler and kube-controller-manager started
+            here. ``DRADeviceTaintRules`` on also makes kube-apiserver serve
+            ``resource.k8s.io/v1beta2`` DeviceTaintRules (that beta API is off by default).
         etcd_on_tmpfs: put etcd's data directory under /dev/shm when it exists (no disk fsync
             latency; the data is throwaway anyway, and removed on stop even with
             ``keep_workdir``).
@@ -137,6 +141,7 @@ class ControlPlane:
         keep_workdir: bool = False,
         ready_timeout_s: float = 120.0,
         apiserver_args: Sequence[str] = (),
+        feature_gates: Mapping[str, bool] | None = None,
         etcd_on_tmpfs: bool = True,
         verbosity: int = 0,
     ) -> None:
@@ -144,7 +149,11 @@ class ControlPlane:
         self._workdir_arg = Path(workdir) if workdir is not None else None
         self._keep_workdir = keep_workdir or os.environ.get("GPUTOPO_KEEP_CLUSTER_DIR") == "1"
         self.ready_timeout_s = ready_timeout_s
-        self._apiserver_extra = list(apiserver_args)
+        self.feature_gates = dict(feature_gates or {})
+        self._apiserver_extra = [*self._gate_args(),
+                                 *(["--runtime-config=resource.k8s.io/v1beta2/devicetaintrules=true"]
+                                   if self.feature_gates.get("DRADeviceTaintRules") else []),
+                                 *apiserver_args]
         self._etcd_on_tmpfs = etcd_on_tmpfs
         self._verbosity = verbosity
 
@@ -158,6 +167,13 @@ class ControlPlane:
         self.etcd_port: int | None = None
         self.start_seconds: float | None = None
         """Seconds from :meth:`start` to a ready API server with a kubeconfig written."""
+
+    def _gate_args(self) -> list[str]:
+        """``--feature-gates`` for the Kubernetes components (none when no gate is set)."""
+        if not self.feature_gates:
+            return []
+        gates = ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+        return [f"--feature-gates={gates}"]
 
     # ------------------------------------------------------------------ properties
 
@@ -456,6 +472,7 @@ class ControlPlane:
                 f"--secure-port={port}",
                 f"--cert-dir={self.workdir / (name + '-certs')}",
                 f"--v={self._verbosity}",
+                *self._gate_args(),
                 *extra_args,
             ],
         )
@@ -502,6 +519,7 @@ class ControlPlane:
                 f"--secure-port={port}",
                 f"--cert-dir={self.workdir / 'kube-controller-manager-certs'}",
                 f"--v={self._verbosity}",
+                *self._gate_args(),
                 *extra_args,
             ],
         )

@@ -124,7 +124,8 @@ def running(state_dir: Path) -> ClusterState | None:
 
 
 def up(nodes: Sequence[tuple[str, str]], mode: str, state_dir: Path, *, policy: str = "gputopo",
-       timeout_s: float = 600.0, echo: Callable[[str], None] = print) -> ClusterState:
+       timeout_s: float = 600.0, echo: Callable[[str], None] = print,
+       device_taint_rules: bool = False) -> ClusterState:
     """Start the cluster detached and wait until it is ready.
 
     Args:
@@ -134,6 +135,9 @@ def up(nodes: Sequence[tuple[str, str]], mode: str, state_dir: Path, *, policy: 
         policy: the default placement policy.
         timeout_s: how long to wait for it.
         echo: progress lines.
+        device_taint_rules: turn on DeviceTaintRules (the beta gate ``DRADeviceTaintRules`` in
+            kube-apiserver, kube-scheduler and kube-controller-manager, and the
+            ``resource.k8s.io/v1beta2`` API serving them; both off by default in 1.36).
 
     Raises:
         ClusterUpError: a cluster already runs there, or it did not come up (it is then
@@ -147,7 +151,8 @@ def up(nodes: Sequence[tuple[str, str]], mode: str, state_dir: Path, *, policy: 
     state_dir.mkdir(parents=True, exist_ok=True)
     for name in (STATE_FILE, READY_FILE, FAILED_FILE):
         (state_dir / name).unlink(missing_ok=True)
-    spec = {"nodes": [list(n) for n in nodes], "mode": mode, "policy": policy}
+    spec = {"nodes": [list(n) for n in nodes], "mode": mode, "policy": policy,
+            "device_taint_rules": device_taint_rules}
     (state_dir / "spec.json").write_text(json.dumps(spec))
     log = open(state_dir / SUPERVISOR_LOG, "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
@@ -248,8 +253,9 @@ def serve(state_dir: Path) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    gates = {"DRADeviceTaintRules": True} if spec.get("device_taint_rules") else {}
     cp = ControlPlane(find_binaries(allow_build=False), workdir=state_dir / "cluster",
-                      keep_workdir=True)
+                      keep_workdir=True, feature_gates=gates)
     cluster: GpuCluster | None = None
     try:
         cp.start()

@@ -305,6 +305,18 @@ class Allocator:
         with self._lock:
             self._wake_waiting()
 
+    def on_taint_rule(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A DeviceTaintRule event (its taint on the devices it selects)."""
+        self.state.apply_taint_rule(kind, obj)
+        with self._lock:
+            self._wake_waiting()
+
+    def resync_taint_rules(self, items: list[dict[str, Any]]) -> None:
+        """Every DeviceTaintRule, freshly listed (none when the API does not serve them)."""
+        self.state.resync_taint_rules(items)
+        with self._lock:
+            self._wake_waiting()
+
     def on_class(self, kind: str, obj: Mapping[str, Any]) -> None:
         """A DeviceClass event (their config goes into allocations)."""
         name = str(_meta(obj).get("name") or "")

@@ -63,9 +63,11 @@ def release_ops(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> list[
 class DraKubeAPI(OfficialKubeAPI):
     """:class:`OfficialKubeAPI` plus ``resource.k8s.io/v1`` (raw JSON)."""
 
-    def __init__(self, core: Any, resource: Any, **kwargs: Any) -> None:
+    def __init__(self, core: Any, resource: Any, resource_beta: Any = None,
+                 **kwargs: Any) -> None:
         super().__init__(core, **kwargs)
         self.resource = resource
+        self.resource_beta = resource_beta
 
     @classmethod
     def from_config(
@@ -81,7 +83,8 @@ class DraKubeAPI(OfficialKubeAPI):
         from kubernetes import client
 
         base = OfficialKubeAPI.from_config(kubeconfig, bind_connections=bind_connections)
-        return cls(base.core, client.ResourceV1Api(base.core.api_client))
+        return cls(base.core, client.ResourceV1Api(base.core.api_client),
+                   client.ResourceV1beta2Api(base.core.api_client))
 
     # ------------------------------------------------------------------ reads
     def list_pending_pods(self) -> tuple[list[dict[str, Any]], str]:
@@ -117,6 +120,24 @@ class DraKubeAPI(OfficialKubeAPI):
     def watch_device_classes(self, rv: str, timeout_s: int) -> Iterator[dict[str, Any]]:
         """Watch DeviceClasses."""
         return self._watch(self.resource.list_device_class, rv, timeout_s)
+
+    def list_taint_rules(self) -> tuple[list[dict[str, Any]], str]:
+        """Every DeviceTaintRule (``resource.k8s.io/v1beta2``, the version kube-scheduler
+        1.36 watches).
+
+        Raises:
+            ApiError: refused; 404 when the API server does not serve them (the beta API
+                ``resource.k8s.io/v1beta2`` is off by default in 1.36).
+        """
+        if self.resource_beta is None:
+            raise ApiError("404 DeviceTaintRules: no resource.k8s.io/v1beta2 client", 404)
+        return self._list(self.resource_beta.list_device_taint_rule)
+
+    def watch_taint_rules(self, rv: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Watch DeviceTaintRules."""
+        if self.resource_beta is None:
+            raise ApiError("404 DeviceTaintRules: no resource.k8s.io/v1beta2 client", 404)
+        return self._watch(self.resource_beta.list_device_taint_rule, rv, timeout_s)
 
     def list_all_pods(self) -> tuple[list[dict[str, Any]], str]:
         """Every pod that may still run (the co-location residents' profiles at start)."""

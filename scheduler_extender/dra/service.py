@@ -18,6 +18,7 @@ Metrics (prometheus-client text format)::
     gputopo_dra_allocator_write_errors_total     failed API writes (the pod is tried again)
     gputopo_dra_allocator_waiting_pods           pods waiting for GPUs
     gputopo_dra_allocator_held_claims            allocated gputopo claims the state holds
+    gputopo_dra_allocator_device_taint_rules     DeviceTaintRules applied to the devices
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ log = logging.getLogger("gputopo.dra.allocator")
 #: Server-side timeout of one watch call, s (the watch is then re-opened).
 WATCH_TIMEOUT_S = 300
 
+#: How often to look again whether the API server serves DeviceTaintRules, s, while it does
+#: not (``resource.k8s.io/v1beta2`` is off by default in 1.36).
+TAINT_RULES_RECHECK_S = 60.0
+
 Lister = Callable[[], tuple[list[dict[str, Any]], str]]
 Watcher = Callable[[str, int], Iterator[dict[str, Any]]]
 Handler = Callable[[str, Mapping[str, Any]], None]
@@ -72,8 +77,11 @@ class Feeds:
             "classes": (api.list_device_classes, api.watch_device_classes, a.on_class),
             "claims": (api.list_claims, api.watch_claims, a.on_claim),
             "pods": (api.list_pending_pods, api.watch_pending_pods, a.on_pod),
+            "taint-rules": (api.list_taint_rules, api.watch_taint_rules, a.on_taint_rule),
         }
         self._rv: dict[str, str] = {}
+        #: whether the API server serves DeviceTaintRules (None: not asked yet)
+        self.taint_rules_served: bool | None = None
 
     def sync(self) -> None:
         """List every kind once, in dependency order, and rebuild the state.
@@ -82,7 +90,7 @@ class Feeds:
             ApiError: a list failed.
         """
         state = self.allocator.state
-        for kind in ("nodes", "slices", "classes", "claims"):
+        for kind in ("nodes", "slices", "taint-rules", "classes", "claims"):
             self._list(kind)
             state.mark_synced(kind)
         self._residents()
@@ -90,11 +98,30 @@ class Feeds:
 
     def _list(self, kind: str) -> None:
         lister, _watch, handle = self.kinds[kind]
-        items, rv = lister()
+        if kind == "taint-rules":
+            try:
+                items, rv = lister()
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                if self.taint_rules_served is not False:
+                    log.info("the API server does not serve DeviceTaintRules "
+                             "(resource.k8s.io/v1beta2); only taints in ResourceSlices count; "
+                             "looking again every %.0f s", TAINT_RULES_RECHECK_S)
+                self.taint_rules_served = False
+                self.allocator.resync_taint_rules([])
+                return
+            if self.taint_rules_served is not True:
+                log.info("watching DeviceTaintRules (resource.k8s.io/v1beta2)")
+            self.taint_rules_served = True
+        else:
+            items, rv = lister()
         if kind == "claims":
             self.allocator.state.resync_claims(items)
             for obj in items:
                 self.allocator.on_claim("ADDED", obj)
+        elif kind == "taint-rules":
+            self.allocator.resync_taint_rules(items)
         else:
             for obj in items:
                 handle("ADDED", obj)
@@ -134,6 +161,11 @@ class Feeds:
         _lister, watch, handle = self.kinds[kind]
         backoff = 0.5
         while not self.stop.is_set():
+            if kind == "taint-rules" and not self.taint_rules_served:
+                if self.stop.wait(TAINT_RULES_RECHECK_S):
+                    return
+                self._relist(kind)
+                continue
             try:
                 for event in watch(self._rv.get(kind, ""), WATCH_TIMEOUT_S):
                     if self.stop.is_set():
@@ -222,6 +254,7 @@ class Service:
             ("gputopo_dra_allocator_waiting_pods", "gauge", len(self.allocator.pending())),
             ("gputopo_dra_allocator_held_claims", "gauge",
              sum(1 for a in self.state.book.all() if a.confirmed)),
+            ("gputopo_dra_allocator_device_taint_rules", "gauge", self.state.taint_rule_count()),
         ]
         out = []
         for name, kind, value in rows:

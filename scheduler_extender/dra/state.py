@@ -16,8 +16,11 @@ vGPU shares and co-location slots follow the device-plugin path's accounting exa
   devices (0 when there are none). A node with no complete pool offers nothing.
 * **Device taints**: each offered device's NoSchedule/NoExecute taints
   (:meth:`DraState.device_taints`), except :data:`topology.dra.ALLOCATOR_TAINT` (addressed to
-  kube-scheduler's allocator, not to this one). Whether one keeps a GPU from a request depends
-  on the request's tolerations, so the allocator applies them per decision.
+  kube-scheduler's allocator, not to this one) — those in the slice plus those of every
+  DeviceTaintRule (``resource.k8s.io/v1beta2``) whose selector matches the device, appended as
+  kube-scheduler's ResourceSlice tracker does (:meth:`DraState.apply_taint_rule`). Whether one
+  keeps a GPU from a request depends on the request's tolerations, so the allocator applies
+  them per decision.
 * **Held GPUs**: every claim whose ``status.allocation`` names gputopo devices, whoever wrote
   it, rebuilt from a list at start and kept by the watch: an allocator restart loses nothing.
   A co-location slot's resident profile comes from its pod's ``gputopo.io/colocation``
@@ -102,6 +105,7 @@ class DraState(BookedViews):
         self._pools: dict[str, _Pool] = {}
         self._offered: dict[str, frozenset[int]] = {}
         self._taints: dict[str, dict[DeviceKind, dict[int, tuple[DeviceTaint, ...]]]] = {}
+        self._rules: dict[str, TaintRule] = {}
         self._claims: dict[str, tuple[Mapping[str, Any], ClaimAsk | ClaimError]] = {}
         self._by_uid: dict[str, str] = {}
         self._residents: dict[str, Resident] = {}
@@ -160,6 +164,34 @@ class DraState(BookedViews):
         out; untainted devices are not listed."""
         return self._taints.get(name, {}).get(kind, {})
 
+    # ------------------------------------------------------------------ taint rules
+    def apply_taint_rule(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """One DeviceTaintRule event (``resource.k8s.io/v1beta2``): its taint is added to every
+        device its selector matches, on every node, until the rule goes."""
+        name = str(_meta(obj).get("name") or "")
+        if not name:
+            return
+        with self._lock:
+            if kind == "DELETED":
+                self._rules.pop(name, None)
+            else:
+                self._rules[name] = TaintRule.parse(obj)
+            for node in list(self._pools):
+                self._refresh(node)
+
+    def taint_rule_count(self) -> int:
+        """DeviceTaintRules held (each applied to the devices it selects)."""
+        return len(self._rules)
+
+    def resync_taint_rules(self, items: Iterable[Mapping[str, Any]]) -> None:
+        """Replace every DeviceTaintRule with a fresh list (an empty one when the API does
+        not serve them)."""
+        with self._lock:
+            self._rules = {str(_meta(o).get("name")): TaintRule.parse(o) for o in items
+                           if _meta(o).get("name")}
+            for node in list(self._pools):
+                self._refresh(node)
+
     # ------------------------------------------------------------------ slices
     def apply_slice(self, kind: str, obj: Mapping[str, Any]) -> None:
         """One ResourceSlice event (other drivers' slices are ignored)."""
@@ -192,13 +224,16 @@ class DraState(BookedViews):
         taints: dict[DeviceKind, dict[int, tuple[DeviceTaint, ...]]] = {}
         slots = 0
         if p is not None and p.complete():
+            rules = [r for r in self._rules.values() if r.matches_pool(node)]
             for s in (p.slices or {}).values():
                 for dev in ((s.get("spec") or {}).get("devices")) or []:
+                    name = str(dev.get("name", ""))
                     try:
-                        ref = parse_device_name(str(dev.get("name", "")))
+                        ref = parse_device_name(name)
                     except DRAContractError:
                         continue
-                    tainted = _device_taints(dev)
+                    tainted = _device_taints(dev, [r.taint for r in rules
+                                                   if r.device in (None, name)])
                     if tainted:
                         taints.setdefault(ref.kind, {})[ref.index] = tainted
                     if ref.kind is DeviceKind.GPU:
@@ -370,11 +405,50 @@ class DraState(BookedViews):
         return self.book.get(pod_key)
 
 
-def _device_taints(dev: Mapping[str, Any]) -> tuple[DeviceTaint, ...]:
+@dataclass(frozen=True)
+class TaintRule:
+    """A DeviceTaintRule as kube-scheduler applies it (k8s.io/dynamic-resource-allocation
+    v0.36.3 ``resourceslice/tracker/tracker.go`` ``applyPatches``, 669-719): its
+    ``spec.taint`` is appended to the taints of every device of every slice whose driver, pool
+    and device name match ``spec.deviceSelector`` (an unset field matches any; no selector
+    matches every device).
+
+    Attributes:
+        driver, pool, device: the selector's fields (None: any).
+        taint: ``spec.taint`` as a device taint (``key``, ``value``, ``effect``).
+    """
+
+    driver: str | None
+    pool: str | None
+    device: str | None
+    taint: Mapping[str, Any]
+
+    @classmethod
+    def parse(cls, obj: Mapping[str, Any]) -> TaintRule:
+        """From the API object (the API server has validated it)."""
+        spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+        sel = (spec or {}).get("deviceSelector") or {}
+        taint = (spec or {}).get("taint") or {}
+
+        def field(name: str) -> str | None:
+            v = sel.get(name) if isinstance(sel, Mapping) else None
+            return None if v is None else str(v)
+
+        return cls(field("driver"), field("pool"), field("device"),
+                   dict(taint) if isinstance(taint, Mapping) else {})
+
+    def matches_pool(self, pool: str) -> bool:
+        """The rule may apply to devices of gputopo's pool ``pool`` (the node's name)."""
+        return self.driver in (None, DRIVER) and self.pool in (None, pool)
+
+
+def _device_taints(dev: Mapping[str, Any],
+                   extra: Iterable[Mapping[str, Any]] = ()) -> tuple[DeviceTaint, ...]:
     """A device's taints that may prevent an allocation (NoSchedule, NoExecute; other effects,
-    None included, never do), without gputopo's own allocator taint."""
+    None included, never do), without gputopo's own allocator taint: the slice's, then
+    ``extra`` (the matching DeviceTaintRules' taints, appended as upstream does)."""
     out: list[DeviceTaint] = []
-    for t in dev.get("taints") or []:
+    for t in [*(dev.get("taints") or []), *extra]:
         if not isinstance(t, Mapping) or t.get("effect") not in ("NoSchedule", "NoExecute"):
             continue
         taint = DeviceTaint(str(t.get("key") or ""), str(t.get("value") or ""),

@@ -77,7 +77,8 @@ class Up:
 @pytest.fixture(scope="module")
 def cluster(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state_dir = tmp_path_factory.mktemp("dra-cluster")
-    st = standing.up(NODES, "dra", state_dir, policy=POLICY, timeout_s=900)
+    st = standing.up(NODES, "dra", state_dir, policy=POLICY, timeout_s=900,
+                    device_taint_rules=True)
     client = DraClient.from_kubeconfig(st.kubeconfig, scheduler_name="gputopo-scheduler")
     for k in range(1, 6):
         client.create_claim_template(f"gpus-{k}", gpus=k)
@@ -509,3 +510,48 @@ def test_shares_and_co_location_slots_through_the_allocator(cluster: Up) -> None
     assert len(shared) == 1  # both shares packed on one GPU (Gaia Fragment)
     assert len([g for g, v in views.items() if v == {"gpu"}]) == 5
     release(cluster, ["sh1", "sh2", "sl0", "sl1", "whole"])
+
+
+def test_device_taint_rules_keep_the_allocator_off_the_devices_they_select(cluster: Up) -> None:
+    """The cluster runs with DeviceTaintRules on (``cluster up --device-taint-rules``): rules
+    tainting six GPUs of a node leave a pod on that node the other two, as kube-scheduler's
+    ResourceSlice tracker would, and a third pod waits; the rules gone, it gets one of the
+    GPUs they tainted."""
+    from kubernetes import client as k8s
+
+    client = cluster.client
+    node = "dgx1-v100-3"
+    settle(cluster)
+    held = {g for n, gs in allocated(client).values() if n == node for g in gs}
+    free = sorted(set(range(8)) - held)
+    assert len(free) >= 4, f"{node} has only GPUs {free} free"
+    keep = free[-2:]
+    tainted = [i for i in range(8) if i not in keep]
+    rules = k8s.ResourceV1beta2Api(client.core.api_client)
+    taint = {"key": "example.com/drain", "value": "e2e", "effect": "NoSchedule"}
+    names = [f"e2e-drain-{i}" for i in tainted]
+    for i, name in zip(tainted, names, strict=True):
+        rules.create_device_taint_rule({
+            "apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+            "metadata": {"name": name},
+            "spec": {"deviceSelector": {"driver": dra.DRIVER, "pool": node,
+                                        "device": dra.device_name(i, dra.DeviceKind.GPU)},
+                     "taint": taint}})
+    try:
+        wait_until(lambda: cluster.metric("gputopo_dra_allocator_device_taint_rules")
+                   == len(names), WAIT_S, "the allocator to see the rules", interval_s=0.1)
+        client.create_pod(DraPod("drained", template="gpus-2",
+                                 node_selector={"kubernetes.io/hostname": node}))
+        got_node, got = wait_claim(client, "drained")
+        assert (got_node, sorted(got)) == (node, keep)
+        assert wait_bound(client, ["drained"])["drained"]["spec"]["nodeName"] == node
+        client.create_pod(DraPod("waits", template="gpus-1",
+                                 node_selector={"kubernetes.io/hostname": node}))
+        time.sleep(1.0)
+        assert claim_gpus(claim_of(client, "waits") or {}) is None
+    finally:
+        for name in names:
+            rules.delete_device_taint_rule(name)
+    _n, gpus = wait_claim(client, "waits")
+    assert gpus[0] in tainted
+    release(cluster, ["drained", "waits"])

@@ -5,7 +5,7 @@ handed out twice, a restart rebuilds the same state, and what it cannot honour i
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -421,3 +421,72 @@ def test_only_the_drivers_own_allocator_taint_is_ignored() -> None:
     api.add_pod(pod_obj("ns", "a", [("g", "a")]))
     drain(alloc)
     assert _indices(api.claims["ns/a"]) == [7]
+
+
+def _rule(name: str, taint: dict[str, str], **selector: str) -> dict[str, Any]:
+    """A DeviceTaintRule (resource.k8s.io/v1beta2) as the API returns it."""
+    spec: dict[str, Any] = {"taint": taint}
+    if selector:
+        spec["deviceSelector"] = selector
+    return {"apiVersion": "resource.k8s.io/v1beta2", "kind": "DeviceTaintRule",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def test_device_taint_rules_taint_the_devices_they_select() -> None:
+    # kube-scheduler's ResourceSlice tracker appends a rule's taint to every device whose
+    # driver, pool and name match its selector (unset fields match any); so does the allocator
+    drain_t = {"key": "example.com/drain", "value": "", "effect": "NoSchedule"}
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    alloc.on_taint_rule("ADDED", _rule("n1-all", drain_t, pool="n1"))
+    for i in range(6):
+        alloc.on_taint_rule("ADDED", _rule(f"n0-{i}", drain_t, driver=dra.DRIVER, pool="n0",
+                                           device=f"gpu-{i}"))
+    # other drivers' rules, and rules on the share view, leave the whole GPUs alone
+    alloc.on_taint_rule("ADDED", _rule("nic", drain_t, driver="nic.example.com"))
+    alloc.on_taint_rule("ADDED", _rule("share-7", drain_t, device="gpu-7-share"))
+    # effect None never prevents an allocation
+    alloc.on_taint_rule("ADDED", _rule("note", {**drain_t, "effect": "None"}))
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert (_node(api.claims["ns/a"]), sorted(_indices(api.claims["ns/a"]))) == ("n0", [6, 7])
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "b", [("g", "b")]))
+    drain(alloc)
+    assert api.claims["ns/b"]["status"] == {}
+    assert "example.com/drain=:NoSchedule" in [m for n, _r, m in api.events if n == "b"][-1]
+    # a selector-less rule taints every device, of every pool
+    alloc.on_taint_rule("DELETED", _rule("n1-all", drain_t, pool="n1"))
+    alloc.on_taint_rule("ADDED", _rule("everything", {**drain_t, "key": "x/all"}))
+    drain(alloc)
+    assert api.claims["ns/b"]["status"] == {}
+    # the rule removed: n1's GPUs are free again
+    alloc.on_taint_rule("DELETED", _rule("everything", drain_t))
+    drain(alloc)
+    assert _node(api.claims["ns/b"]) == "n1"
+    # a request tolerating the rule's taint may use the GPUs it selects
+    api.add_claim(claim_obj("ns", "c", [{"name": "g", "exactly": {
+        "deviceClassName": dra.CLASS_GPU, "count": 6,
+        "tolerations": [{"key": "example.com/drain", "operator": "Exists"}]}}]))
+    api.add_pod(pod_obj("ns", "c", [("g", "c")], nodeSelector={"kubernetes.io/hostname": "n0"}))
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/c"])) == [0, 1, 2, 3, 4, 5]
+
+
+def test_an_api_server_without_device_taint_rules_is_not_an_error() -> None:
+    from scheduler_extender.dra.service import Feeds
+    from scheduler_extender.kubernetes_state import ApiError
+
+    alloc, _api = cluster({"n0": "dgx1-v100"})
+
+    class NoRules:
+        def __getattr__(self, name: str) -> Any:
+            if name == "list_taint_rules":
+                def refuse() -> Any:
+                    raise ApiError("404 Not Found", 404)
+                return refuse
+            return lambda *a, **k: ([], "1")
+
+    feeds = Feeds(cast(Any, NoRules()), alloc)
+    feeds.sync()
+    assert feeds.taint_rules_served is False and alloc.state.ready()
