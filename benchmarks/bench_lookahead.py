@@ -86,7 +86,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pending", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--seed", type=int, default=11)
-    ap.add_argument("--policies", default="gputopo,gputopo-guarded",
+    ap.add_argument("--policies", default="gputopo,gputopo-unguarded",
                     help="extender default policies; the first one with nothing pending is "
                          "the baseline every ratio_vs_first is taken against")
     ap.add_argument("--out", type=Path, default=OUT)

@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0-19")
     ap.add_argument("--jobs", type=int, default=150)
     ap.add_argument("--judges", default="eq2,bottleneck")
-    ap.add_argument("--policies", default="gputopo,gputopo-guarded",
+    ap.add_argument("--policies", default="gputopo,gputopo-unguarded",
                     help="gputopo's rules compared with best-effort (the first one also gets "
                          "the node-choice comparison)")
     ap.add_argument("--out", type=Path, default=OUT)

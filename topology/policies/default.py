@@ -12,11 +12,19 @@ Reasoning:
   Gaia's Singular rule ("prefer a free GPU whose sibling is busy", Gaia §III-C) from the PCIe
   tree to NVLink; Gaia's rule itself breaks ties (more busy PIX siblings first), then the
   lowest index.
-* **Several GPUs, bandwidth-sensitive** — MAPA Preserve's sensitive branch (Algorithm 1), but
+* **Several GPUs** — the robust rule (:mod:`topology.policies.robust`, issue 24): every set
+  judged under gputopo-v1, MAPA Eq. 2 (§3.4.3) and the ring's bottleneck link, least worst-model
+  regret of this job's cost and that of the pods waiting behind it, near-equal sets (within
+  1 % of the ideal communication time) broken by what the leftover can still serve, then
+  PreservedBW (MAPA Eq. 3). **Held to the incumbent**: a bandwidth-sensitive job never gets a
+  set more than 1 % below NVIDIA best-effort's on the same free GPUs under Eq. 2 or the
+  bottleneck (the guard; ``gputopo-unguarded`` is the rule without it). Patterns without a
+  model table fall back to MAPA Preserve's branches below.
+* **Fallback, bandwidth-sensitive** — MAPA Preserve's sensitive branch (Algorithm 1), but
   scored with the monotone gputopo-v1 EffBW model instead of Eq. 2, which rewards PCIe links
   on 4-GPU all-to-all sets and is not monotone on 5-GPU rings (see
   :mod:`topology.policies.bandwidth`). Ties: higher PreservedBW, then the smallest GPU set.
-* **Several GPUs, insensitive** — MAPA Preserve's insensitive branch: the highest PreservedBW
+* **Fallback, insensitive** — MAPA Preserve's insensitive branch: the highest PreservedBW
   (Eq. 3), ties broken by the higher gputopo-v1 EffBW, then the smallest GPU set.
 * **Co-location slots** (``gputopo.io/gpu-shared``) — Tabrizian's safety rules (predicted
   δ ≥ 1, ΣC ≤ threshold) with the predicted throughput gain, keeping whole GPUs and NVLink
@@ -39,8 +47,9 @@ from topology.policies.memo import Memo
 from topology.policies.registry import register
 
 NAME = "gputopo"
-#: The default rule held to the incumbent (NVIDIA best-effort) per decision.
-GUARDED = "gputopo-guarded"
+#: The same rule without the incumbent guard (what ``gputopo`` was before it was held to
+#: NVIDIA best-effort per decision; kept selectable for comparison).
+UNGUARDED = "gputopo-unguarded"
 
 
 def _single(name: str, topology: Topology, state: NodeState, request: Request,
@@ -101,10 +110,14 @@ def _robust_reason(request: Request, choice: robust.Choice) -> str:
 
 
 @register(NAME, "default: Gaia Fragment for shares, PreservedBW for 1 GPU, MAPA Preserve "
-          "with a monotone EffBW model for multi-GPU, gain-aware co-location for shared "
-          "GPUs", free_set_only=True, colocation=True, lookahead=True)
+          "with the robust rule for multi-GPU, held to NVIDIA best-effort per decision, "
+          "gain-aware co-location for shared GPUs", free_set_only=True, colocation=True,
+          lookahead=True)
 def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
-    """The default policy (see the module docstring for the reasoning).
+    """The default policy (see the module docstring for the reasoning), with the incumbent
+    guard: a bandwidth-sensitive multi-GPU job never gets a set more than 1 % below NVIDIA
+    best-effort's on the same free GPUs under MAPA Eq. 2 or the ring's bottleneck link
+    (:func:`topology.policies.robust.guarded`; issue 24's per-decision target).
 
     Args:
         topology: the node.
@@ -118,17 +131,18 @@ def gputopo(topology: Topology, state: NodeState, request: Request, memo: Memo) 
     Raises:
         NoFit: not enough free GPUs, or no GPU with room for the share.
     """
-    return _decide(NAME, topology, state, request, memo, guard=False)
+    return _decide(NAME, topology, state, request, memo, guard=True)
 
 
-@register(GUARDED, "gputopo held to NVIDIA best-effort: a sensitive multi-GPU job gets only "
-          "a set within 1 % of best-effort's under Eq. 2 and the bottleneck, then the robust "
-          "rule", free_set_only=True, lookahead=True)
-def gputopo_guarded(topology: Topology, state: NodeState, request: Request,
-                    memo: Memo) -> Decision:
-    """:func:`gputopo` with the incumbent guard (:func:`topology.policies.robust.guarded`):
-    never more than 1 % below best-effort's set under Eq. 2 or the bottleneck, per decision."""
-    return _decide(GUARDED, topology, state, request, memo, guard=True)
+@register(UNGUARDED, "gputopo without the incumbent guard: the robust rule alone, which may "
+          "trade up to a few % of Eq. 2 for gputopo-v1 (benchmarks/results/ROBUST.md)",
+          free_set_only=True, lookahead=True)
+def gputopo_unguarded(topology: Topology, state: NodeState, request: Request,
+                      memo: Memo) -> Decision:
+    """:func:`gputopo` without the incumbent guard: the robust rule's pick as it is (the
+    default before the guard; section 5 of ``benchmarks/results/ROBUST.md``). Same shapes,
+    units and errors as :func:`gputopo`."""
+    return _decide(UNGUARDED, topology, state, request, memo, guard=False)
 
 
 def _decide(name: str, topology: Topology, state: NodeState, request: Request, memo: Memo,

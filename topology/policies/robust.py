@@ -48,9 +48,9 @@ the incumbent's set under every model (``ideal/v_ours − ideal/v_theirs ≤ 0.0
 rule guarantees whenever the models agree that well on some set. When they do not, it takes the
 set whose worst model loses least.
 
-**The guard** (``guard=True``; the ``gputopo-guarded`` policy) makes "never worse than the
-stack users already run" hold per decision, by construction. For a bandwidth-sensitive job the
-rule above decides; if its set's EffBW is more than :data:`GUARD_MARGIN` below NVIDIA
+**The guard** (``guard=True``; the default policy ``gputopo``, not ``gputopo-unguarded``) makes
+"never worse than the stack users already run" hold per decision, by construction. For a
+bandwidth-sensitive job the rule above decides; if its set's EffBW is more than :data:`GUARD_MARGIN` below NVIDIA
 best-effort's set on the same free GPUs (:func:`incumbent`) under Eq. 2 or under the
 bottleneck (:data:`GUARD_MODELS`; Eq. 2 only where it judges the pattern), the rule decides
 again among only the sets that are not (:func:`guarded`; regrets taken over them) —

@@ -1,5 +1,5 @@
 """The incumbent guard (issue 24, "never worse than the stack users already run", per
-decision): ``gputopo-guarded`` takes, for a bandwidth-sensitive multi-GPU job, only a set within
+decision): the default ``gputopo`` takes, for a bandwidth-sensitive multi-GPU job, only a set within
 1 % of NVIDIA best-effort's set on the same free GPUs under Eq. 2 and the bottleneck, then the
 robust rule among those (topology/policies/robust.py, ``guarded``)."""
 
@@ -15,7 +15,8 @@ from topology.patterns import ring
 from topology.policies import robust
 from topology.policies.base import NodeState, Request, Upcoming
 from topology.policies.common import MODEL_BOTTLENECK, MODEL_MAPA, MODELS
-from topology.policies.default import GUARDED
+from topology.policies.default import NAME as GUARDED
+from topology.policies.default import UNGUARDED
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
 
@@ -50,7 +51,7 @@ def test_models_disagreeing_hand_case() -> None:
     best-effort by Eq. 2, twice as good by the slowest link."""
     memo = Memo()
     free = [1, 3, 4, 5, 6, 7]
-    assert place("gputopo", free, 5).gpus == (1, 3, 5, 6, 7)
+    assert place(UNGUARDED, free, 5).gpus == (1, 3, 5, 6, 7)
     assert place("nvidia-best-effort", free, 5).gpus == (1, 4, 5, 6, 7)
     d = place(GUARDED, free, 5)
     assert d.gpus == (1, 3, 4, 5, 7)
@@ -78,7 +79,7 @@ def test_insensitive_and_single_gpu_jobs_are_not_held() -> None:
         req = Request(count=count, pattern=ring(count) if count > 1 else None,
                       bandwidth_sensitive=sensitive, upcoming=(Upcoming(3, ring(3)),))
         ev = Evaluator()
-        assert ev.place(GUARDED, DGX, state, req).gpus == ev.place("gputopo", DGX, state,
+        assert ev.place(GUARDED, DGX, state, req).gpus == ev.place(UNGUARDED, DGX, state,
                                                                    req).gpus
 
 
