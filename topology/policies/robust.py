@@ -50,18 +50,19 @@ set whose worst model loses least.
 
 **The guard** (``guard=True``; the default policy ``gputopo``, not ``gputopo-unguarded``) makes
 "never worse than the stack users already run" hold per decision, by construction. For a
-bandwidth-sensitive job the rule above decides; if its set's EffBW is more than :data:`GUARD_MARGIN` below NVIDIA
-best-effort's set on the same free GPUs (:func:`incumbent`) under Eq. 2 or under the
-bottleneck (:data:`GUARD_MODELS`; Eq. 2 only where it judges the pattern), the rule decides
-again among only the sets that are not (:func:`guarded`; regrets taken over them) —
-best-effort's own set always qualifies. Best-effort is asked only when the pick is not within
-the margin of the best set under both models (else no incumbent can be more than the margin
-better). What the guard undoes are the trades the unguarded rule makes for gputopo-v1: on a
-DGX-1 with {1,3,4,5,6,7} free, a 5-GPU ring gets {1,3,5,6,7} (best by gputopo-v1, 3.4 % below
-best-effort by Eq. 2) unguarded and {1,3,4,5,7} guarded (Eq. 2 equal to best-effort's, the
-slowest link twice as fast). gputopo-v1 is not guarded: it is this project's own model, not a
-judge the issue holds gputopo to. Insensitive and one-GPU jobs are not held (their own
-bandwidth does not matter); nor are patterns without a table (the single-model fallback).
+bandwidth-sensitive job the rule above decides; if its set's EffBW is more than
+:data:`GUARD_MARGIN` below NVIDIA best-effort's set on the same free GPUs (:func:`incumbent`)
+under Eq. 2 or under the bottleneck (:data:`GUARD_MODELS`; Eq. 2 only where it judges the
+pattern), the rule decides again among only the sets that are not (:func:`guarded`; regrets
+taken over them) — best-effort's own set always qualifies. Best-effort is asked only when the
+pick is not within the margin of the best set under both models (else no incumbent can be more
+than the margin better). What the guard undoes are the trades the unguarded rule makes for
+gputopo-v1: on a DGX-1 with {1,3,4,5,6,7} free, a 5-GPU ring gets {1,3,5,6,7} (best by
+gputopo-v1, 3.4 % below best-effort by Eq. 2) unguarded and {1,3,4,5,7} guarded (Eq. 2 equal to
+best-effort's, the slowest link twice as fast). gputopo-v1 is not guarded: it is this project's
+own model, not a judge the issue holds gputopo to. Insensitive and one-GPU jobs are not held
+(their own bandwidth does not matter); nor are patterns without a table (the single-model
+fallback).
 
 **Where Eq. 2 is used.** MAPA fitted Eq. 2 on 2–5-GPU allocations of one DGX-1 V100 (31
 samples, ring all-reduce). Outside that domain — patterns with more than five edges, such as a
