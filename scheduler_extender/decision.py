@@ -295,9 +295,10 @@ class Decider:
         # jobs than the common list (a lookahead policy's unique homes), for bind
         self._asked = BoundedCache(_SPENT_SIZE)
         # per grouping (by free mask or not): the waiting jobs' homes index, the node names
-        # it was built on, the node views it has seen and their topology classes
+        # it was built on, the node views it has seen, their topology classes and where the
+        # state's log of changed views was read last
         self._homes: dict[bool, tuple[WaitingHomes, list[str], dict[str, object],
-                                      dict[str, str | None]]] = {}
+                                      dict[str, str | None], list[tuple[int, int] | None]]] = {}
         self._costs = _CostModel()
         # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
         self._outcomes = BoundedCache(_GROUP_CACHE_SIZE)
@@ -398,6 +399,12 @@ class Decider:
         names = names_of() if callable(names_of) else [c.name for c in candidates]
         index = self._sync_homes(names, by_free)
         lists = index.waiting(ask.request.upcoming)
+        if not lists:  # no node is a waiting job's one best home: the plain request on all
+            if ask.pod_uid:
+                self._asked.put((ask.pod_uid, "parts"), {})
+            part = replace(ask, request=replace(ask.request, upcoming=()))
+            call = _Call(part, self._requests(part.request.key()), deadline, learn=learn)
+            return self._grouped(call, candidates), [call] * len(candidates)
         where = index.where
         # a candidate the state does not list weighs nothing (its own view may differ)
         parts: dict[tuple[Upcoming, ...], list[int]] = {}
@@ -426,17 +433,24 @@ class Decider:
         node's topology class changing, rebuild it from scratch."""
         tracked = self._homes.get(by_free)
         if tracked is None:
-            tracked = self._homes[by_free] = (WaitingHomes(self.evaluator.memo), [], {}, {})
-        index, known, seen, classes = tracked
+            tracked = self._homes[by_free] = (WaitingHomes(self.evaluator.memo), [], {}, {},
+                                              [None])
+        index, known, seen, classes, cursor = tracked
+        # a backend drops a node's cached view whenever its allocations or topology change,
+        # so a view seen before stands for an unchanged node; a backend that logs the drops
+        # (``view_changes``) names the nodes to look at, others are scanned whole
+        changes_of = getattr(self.state, "view_changes", None)
+        changed: set[str] | None = None
+        if callable(changes_of):
+            changed, cursor[0] = changes_of(cursor[0])
         if names != known:
             index.reset()
             seen.clear()
             classes.clear()
             known[:] = names
-        # a backend drops a node's cached view whenever its allocations or topology change,
-        # so a view seen before stands for an unchanged node
+            changed = None
         node_view = self.state.node_view
-        for name in names:
+        for name in (names if changed is None else sorted(changed & seen.keys())):
             base = node_view(name)
             if seen.get(name) is base:
                 continue
@@ -447,6 +461,7 @@ class Decider:
                 index.reset()
                 seen.clear()
                 classes.clear()
+                known.clear()
                 return self._sync_homes(names, by_free)
             classes[name] = cls
             seen[name] = base

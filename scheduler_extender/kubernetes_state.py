@@ -46,9 +46,9 @@ from scheduler_extender.state import (
     BindError,
     BookedViews,
     NodeTopologyError,
-    NodeView,
     PodRef,
     TopologyCache,
+    ViewCache,
 )
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import (
@@ -192,7 +192,7 @@ class KubernetesState(BookedViews):
             api if api is not None
             else OfficialKubeAPI.from_config(kubeconfig, bind_connections=bind_connections)
         )  # fmt: skip
-        self._views: dict[str, NodeView] = {}
+        self._views = ViewCache()
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self.pending = PendingPods(scheduler_name)
         self.topologies = TopologyCache()

@@ -591,6 +591,54 @@ class BoundPod:
     decision: Decision | None = None
 
 
+class ViewCache(dict[str, NodeView]):
+    """The backends' cached :class:`NodeView` per node name, with a log of the names whose
+    view was dropped (their allocations, topology or settings changed), so a reader that
+    keeps something per node (the lookahead's homes, :meth:`changed_since`) revisits only
+    those nodes instead of every node of the cluster.
+
+    Every way a backend drops views goes through :meth:`pop` or :meth:`clear`; a view is
+    dropped *before* its name is logged, so a reader that sees the name and asks for the view
+    gets the new one."""
+
+    #: Names kept in the log; a reader further behind rescans every node.
+    MAX_LOG = 4096
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._log: list[str] = []
+        self._base = 0  # log position of self._log[0]
+        self._epoch = 0  # bumped by clear(): every view dropped at once
+
+    def pop(self, name: str, default: Any = None) -> Any:
+        out = super().pop(name, default)
+        self._log.append(name)
+        if len(self._log) > 2 * self.MAX_LOG:
+            del self._log[:self.MAX_LOG]
+            self._base += self.MAX_LOG
+        return out
+
+    def __delitem__(self, name: str) -> None:
+        self.pop(name)
+
+    def clear(self) -> None:
+        super().clear()
+        self._epoch += 1
+
+    def cursor(self) -> tuple[int, int]:
+        """Where the log ends now (pass it to :meth:`changed_since` later)."""
+        return self._epoch, self._base + len(self._log)
+
+    def changed_since(self, cursor: tuple[int, int]) -> tuple[set[str] | None, tuple[int, int]]:
+        """The names whose view was dropped since ``cursor`` (None: unknown — every view was
+        dropped, or the log no longer reaches back that far), and the new cursor."""
+        epoch, pos = cursor
+        now = self.cursor()
+        if epoch != self._epoch or pos < self._base:
+            return None, now
+        return set(self._log[pos - self._base:now[1] - self._base]), now
+
+
 class BookedViews:
     """Node state and cached node views from an :class:`AllocationBook`, shared by the
     state backends. Subclasses set ``book``, ``_views`` and ``pending`` and define
@@ -605,6 +653,19 @@ class BookedViews:
     book: AllocationBook
     _views: dict[str, NodeView]
     pending: PendingPods
+
+    def view_changes(
+        self, cursor: tuple[int, int] | None,
+    ) -> tuple[set[str] | None, tuple[int, int]]:
+        """The nodes whose view may have changed since ``cursor`` (None: unknown, rescan every
+        node; also for ``cursor=None``) and the cursor to pass next time
+        (:meth:`ViewCache.changed_since`)."""
+        views = self._views
+        if not isinstance(views, ViewCache):  # a backend without the log: always rescan
+            return None, (0, 0)
+        if cursor is None:
+            return None, views.cursor()
+        return views.changed_since(cursor)
 
     def node_topology(self, name: str) -> Topology | NodeTopologyError:  # pragma: no cover
         raise NotImplementedError
@@ -654,7 +715,7 @@ class MemoryState(BookedViews):
         self.pending = pending if pending is not None else PendingPods()
         self._units: dict[str, str] = {}
         self._kubelet: dict[str, KubeletConfig] = {}
-        self._views: dict[str, NodeView] = {}
+        self._views = ViewCache()
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self._bound: dict[str, BoundPod] = {}  # "ns/name" -> record
         self._lock = threading.RLock()

@@ -247,3 +247,38 @@ def test_incremental_homes_match_a_from_scratch_computation() -> None:
         if running and rng.random() < 0.4:
             st.delete_pod("default", running.pop(rng.randrange(len(running))))
     assert homes_seen > 0  # the stream reached states where some node is a job's one home
+
+
+def test_view_changes_name_the_nodes_whose_view_was_dropped() -> None:
+    """The lookahead revisits only the nodes the state's log names (a bind, a pod ending, a
+    node replaced); a cursor the log no longer reaches, or a drop of every view, asks for a
+    full rescan (None)."""
+    from scheduler_extender.state import ViewCache
+
+    st = MemoryState({"a": catalog.get("dgx1-v100"), "b": catalog.get("dgx1-v100")})
+    changed, cursor = st.view_changes(None)
+    assert changed is None  # no cursor yet: scan everything
+    st.node_view("a"), st.node_view("b")
+    changed, cursor = st.view_changes(cursor)
+    assert changed == set()
+    client = make_client(st)
+    pod = gpu_pod("p", 2, annotations=RING)
+    assert client.post("/filter", json=names_args(pod, ("b",))).json()["Error"] == ""
+    assert client.post("/bind", json=bind_args(pod, "b")).json() == {"Error": ""}
+    changed, cursor = st.view_changes(cursor)
+    assert changed == {"b"}
+    st.add_node("a", catalog.get("pcie-8gpu"))
+    assert st.delete_pod("default", "p")
+    changed, cursor = st.view_changes(cursor)
+    assert changed == {"a", "b"}
+
+    views = ViewCache()
+    start = views.cursor()
+    for i in range(2 * ViewCache.MAX_LOG + 1):
+        views.pop(f"n{i}")
+    assert views.changed_since(start)[0] is None  # trimmed past the cursor
+    recent = views.cursor()
+    views.pop("x")
+    assert views.changed_since(recent)[0] == {"x"}
+    views.clear()
+    assert views.changed_since(recent)[0] is None

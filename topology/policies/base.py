@@ -327,8 +327,13 @@ class Upcoming:
         return self.sensitive and self.count > 1
 
     def key(self) -> tuple[object, ...]:
-        """Hashable canonical form (for caches)."""
-        return (self.count, self.effective_pattern().key(), self.sensitive)
+        """Hashable canonical form (for caches; computed once: the lookahead asks it for every
+        waiting job on every filter and prioritize)."""
+        key: tuple[object, ...] | None = self.__dict__.get("_key")
+        if key is None:
+            key = (self.count, self.effective_pattern().key(), self.sensitive)
+            object.__setattr__(self, "_key", key)
+        return key
 
 
 #: Most upcoming jobs a request may carry (the lookahead is linear in them).

@@ -544,6 +544,13 @@ def _penalties(table: ModelTable, cols: list[int], ideal: np.ndarray,
     return pen
 
 
+def mask_penalties(table: ModelTable, cols: list[int], ideal: np.ndarray) -> np.ndarray:
+    """:func:`_penalties` on every free mask of ``table``'s machine (``[2^n]``, read-only)."""
+    out = _penalties(table, cols, ideal, np.arange(table.best.shape[0], dtype=np.int64))
+    out.flags.writeable = False
+    return out
+
+
 def _homes(by_class: dict[str, tuple[Topology, list[int]]], masks: np.ndarray,
            single: np.ndarray, u: Upcoming, memo: Memo) -> np.ndarray:
     """Which groups are waiting job ``u``'s one best home (``[G]`` bool)."""
@@ -573,10 +580,12 @@ class WaitingHomes:
     The cluster is a set of nodes, each in a group of equal nodes (``key``: the extender's
     group of the node) with a free-GPU mask; a group lives in a *slot* while it has nodes.
     Each waiting job's cost per slot (what :func:`waiting_by_node` prices for every group) is
-    kept and recomputed only for the slots whose group changed since: a bind changes one
-    node, so one or two slots, not the whole cluster. A job's one best home depends on the
-    groups only through the lowest and second-lowest cost and the lowest one's node count,
-    so the answers are :func:`waiting_by_node`'s on the same groups, whatever the slot order.
+    read off its cost on every free mask of the class (:func:`mask_penalties`, computed once
+    per job shape and kept in the memo) at the slots' masks, once per change of the groups,
+    instead of regrouping the cluster and pricing every group per pod. A job's one best home
+    depends on the groups only through the lowest and second-lowest cost and the lowest one's
+    node count, so the answers are :func:`waiting_by_node`'s on the same groups, whatever the
+    slot order.
 
     Any change of the node names or of a node's topology class calls for :meth:`reset` (the
     caller's job): the classes fix the yardstick (best ideal) every cost is taken against.
@@ -601,11 +610,11 @@ class WaitingHomes:
         self._topos: list[Topology | None] = []
         self._masks = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(0, dtype=np.int64)
-        self._born = np.zeros(0, dtype=np.int64)  # generation the slot's group was set at
-        self._gen = 0
+        self._gen = 0  # bumped by every change of a slot's group (the costs are then stale)
         self._classes: dict[str, Topology] = {}  # in order of first appearance
         self._class_slots: dict[str, list[int]] = {}
-        self._costs: dict[object, tuple[int, np.ndarray]] = {}
+        # per waiting job: (generation priced at, cost per slot, cost per free mask per class)
+        self._costs: dict[object, tuple[int, np.ndarray, dict[str, np.ndarray]]] = {}
         self._changes = 0  # bumped by every change of a node's group
         self._last: tuple[int, tuple[Upcoming, ...], dict[int, tuple[Upcoming, ...]]] | None \
             = None  # the last answer of :meth:`waiting` (filter, then prioritize, ask twice)
@@ -633,11 +642,9 @@ class WaitingHomes:
                 grow = max(16, slot)
                 self._masks = np.concatenate([self._masks, np.zeros(grow, dtype=np.int64)])
                 self._counts = np.concatenate([self._counts, np.zeros(grow, dtype=np.int64)])
-                self._born = np.concatenate([self._born, np.zeros(grow, dtype=np.int64)])
             self._gen += 1
             self._slot_of[key] = slot
             self._masks[slot] = mask
-            self._born[slot] = self._gen
             self._class_slots[cls].append(slot)
         self._counts[slot] += 1
         self._changes += 1
@@ -656,34 +663,69 @@ class WaitingHomes:
             self._class_slots[topo.topology_class].remove(slot)
             self._topos[slot] = None
             self._free.append(slot)
+            self._gen += 1
 
     def _cost(self, u: Upcoming) -> np.ndarray:
-        """``u``'s cost per slot (inf for a free slot or where it does not fit)."""
+        """``u``'s cost per slot (inf for a free slot or where it does not fit): its cost on
+        every free mask of each class (:func:`mask_penalties`) read at the slots' masks,
+        recomputed only when some node changed group since."""
         size = len(self._topos)
         key = u.key()
         hit = self._costs.get(key)
-        if hit is not None and hit[1].shape[0] >= size:
-            seen, pen = hit
-            stale = np.flatnonzero(self._born[:size] > seen)
+        if hit is not None and hit[0] == self._gen:
+            return hit[1]
+        by_class = hit[2] if hit is not None else self._mask_costs(u)
+        pen = np.full(size, np.inf)
+        if len(self._class_slots) == 1:  # one class: every live slot at once
+            (cls,) = self._class_slots
+            tab = by_class.get(cls)
+            if tab is not None:
+                pen = tab[self._masks[:size]]
+                pen[self._counts[:size] == 0] = np.inf
         else:
-            pen = np.full(self._masks.shape[0], np.inf)
-            stale = np.arange(size)
-        if stale.size:
-            yard = _yardstick(self._classes, u, self.memo)
-            if yard is not None:
-                tables, cols, ideal = yard
-                for cls, slots in self._class_slots.items():
-                    table = tables[cls]
-                    if table is None or not slots:
-                        continue
-                    mine = stale if len(self._class_slots) == 1 else np.intersect1d(
-                        stale, np.asarray(slots, dtype=np.int64))
-                    if mine.size:
-                        pen[mine] = _penalties(table, cols, ideal, self._masks[mine])
+            for cls, slots in self._class_slots.items():
+                tab = by_class.get(cls)
+                if tab is not None and slots:
+                    idx = np.asarray(slots, dtype=np.int64)
+                    pen[idx] = tab[self._masks[idx]]
         if len(self._costs) >= self.max_jobs and key not in self._costs:
             self._costs.clear()
-        self._costs[key] = (self._gen, pen)
+        self._costs[key] = (self._gen, pen, by_class)
         return pen
+
+    def _mask_costs(self, u: Upcoming) -> dict[str, np.ndarray]:
+        """Per class with a table for ``u``: its cost on every free mask (kept in the memo)."""
+        yard = _yardstick(self._classes, u, self.memo)
+        if yard is None:
+            return {}
+        tables, cols, ideal = yard
+        pattern = u.effective_pattern()
+        out: dict[str, np.ndarray] = {}
+        for cls, table in tables.items():
+            if table is None:
+                continue
+
+            def build(t: ModelTable = table) -> np.ndarray:
+                return mask_penalties(t, cols, ideal)
+
+            out[cls] = self.memo.bounded(
+                ("mask-penalties", cls, pattern.size, pattern.edges, tuple(cols),
+                 tuple(ideal.tolist())), build, lambda a: int(a.shape[0]))
+        return out
+
+    def _home(self, u: Upcoming, size: int) -> int:
+        """The slot that is ``u``'s one best home (-1: none): a slot of one node whose cost is
+        below every other slot's by more than the tolerance."""
+        pen = self._cost(u)[:size]  # inf on free slots
+        if size > 1:
+            two = np.argpartition(pen, 1)[:2]  # the lowest first, then the second lowest
+            first, second = int(two[0]), float(pen[two[1]])
+        else:
+            first, second = 0, np.inf
+        low = float(pen[first])
+        if self._counts[first] == 1 and np.isfinite(low) and low < second - TOLERANCE:
+            return first
+        return -1
 
     def waiting(self, upcoming: Sequence[Upcoming]) -> dict[int, tuple[Upcoming, ...]]:
         """Per slot that is some job's one best home, the waiting jobs its decision weighs
@@ -695,17 +737,17 @@ class WaitingHomes:
         last = self._last
         if last is not None and last[0] == self._changes and last[1] == upcoming:
             return last[2]
-        live = self._counts[:size] > 0
         home_of: dict[int, int] = {}
+        home_by_key: dict[object, int] = {}  # equal waiting jobs have equal homes
         for j, u in enumerate(upcoming):
             if not u.measured:
                 continue
-            pen = np.where(live, self._cost(u)[:size], np.inf)
-            first = int(np.argmin(pen))
-            low = float(pen[first])
-            second = float(np.partition(pen, 1)[1]) if size > 1 else np.inf
-            if self._counts[first] == 1 and np.isfinite(low) and low < second - TOLERANCE:
-                home_of[j] = first
+            key = u.key()
+            home = home_by_key.get(key)
+            if home is None:
+                home = home_by_key[key] = self._home(u, size)
+            if home >= 0:
+                home_of[j] = home
         out: dict[int, tuple[Upcoming, ...]] = {}
         for slot in sorted(set(home_of.values())):
             out[slot] = trim([u for j, u in enumerate(upcoming)
