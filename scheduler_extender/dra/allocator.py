@@ -23,14 +23,17 @@ For each pod not bound yet that references ResourceClaims (:meth:`Allocator.sync
    without writing the claims again. A failed write releases what it had reserved and the pod
    is tried again.
 
-Device taints: a GPU whose device (of the kind the pod asks: ``gpu-<i>``, ``-share`` or
-``-slot``) carries a NoSchedule or NoExecute taint that one of the pod's gputopo requests does
-not tolerate (its ``exactly.tolerations``) is not free for that pod: the decision sees it as
-unhealthy (:attr:`~scheduler_extender.decision.Candidate.unusable`), so the policy stays pure
-and never picks it. kube-scheduler's rules (:func:`~scheduler_extender.dra.claims.
-taint_prevents`); gputopo's own :data:`topology.dra.ALLOCATOR_TAINT`, there for
-kube-scheduler's allocator, is ignored. The pod's set is one decision split over its requests,
-so a GPU counts as tainted for the pod unless every request tolerates its taints.
+Device taints (in the slices, or from DeviceTaintRules): tolerations are per request, as in
+kube-scheduler (:func:`~scheduler_extender.dra.claims.taint_prevents`); gputopo's own
+:data:`topology.dra.ALLOCATOR_TAINT`, there for kube-scheduler's allocator, is ignored. A GPU
+whose device (of the kind the pod asks: ``gpu-<i>``, ``-share`` or ``-slot``) carries a
+NoSchedule or NoExecute taint that *no* request of the pod tolerates is not free for the pod:
+the decision sees it as unhealthy (:attr:`~scheduler_extender.decision.Candidate.unusable`),
+so the policy stays pure and never picks it. When the pod's requests tolerate different
+taints, the policy's set (one free set per decision) is then handed to the requests so that
+each gets only GPUs it tolerates (:func:`assign_tolerated`: the pattern's order where it
+allows, else the fewest moves, the decision's EffBW recomputed for the new order); when the set
+allows no such assignment, the pod is decided again on the GPUs *every* request tolerates.
 
 The node must suit the rest of the pod too. The allocator checks ``spec.nodeSelector`` and
 NoSchedule/NoExecute taints against tolerations; anything else that keeps the pod off the node
@@ -50,9 +53,9 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
@@ -73,13 +76,14 @@ from scheduler_extender.dra.claims import (
 )
 from scheduler_extender.dra.state import DraState, claim_ref
 from scheduler_extender.kubernetes_state import ApiError
-from scheduler_extender.podspec import PodSpecError, choose_policy, parse_pod
+from scheduler_extender.podspec import PodRequest, PodSpecError, choose_policy, parse_pod
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import Allocation, ReservationConflict
 from topology.contract import assignment_annotations
 from topology.dra import DeviceKind
 from topology.model import Topology
 from topology.policies.base import Decision, Resident
+from topology.policies.common import effective_bandwidth, mapped_edges
 
 log = logging.getLogger("gputopo.dra.allocator")
 
@@ -122,6 +126,48 @@ def _tolerates(tolerations: Iterable[Mapping[str, Any]], taint: Mapping[str, Any
                 taint.get("value") or ""):
             return True
     return False
+
+
+def assign_tolerated(arrangement: Sequence[int], counts: Sequence[int],
+                     forbidden: Sequence[Collection[int]]) -> list[int] | None:
+    """Hand the GPUs of ``arrangement`` to requests so that each gets only GPUs it may have.
+
+    Request ``r`` takes ``counts[r]`` GPUs and may not have those in ``forbidden[r]`` (their
+    taints it does not tolerate). The pattern's split
+    (:func:`~scheduler_extender.dra.claims.split`: request after request, the next
+    ``counts[r]`` GPUs) is kept where it is allowed; the rest is a bipartite matching
+    (augmenting paths), so a GPU moves only when it must.
+
+    Returns:
+        The new arrangement — each request's GPUs in their arrangement order, request after
+        request (what :func:`split` hands out) — or None when no assignment exists.
+    """
+    n = len(arrangement)
+    owner: list[int | None] = [None] * n
+    home: list[int] = [r for r, c in enumerate(counts) for _ in range(c)]
+    load = [0] * len(counts)
+    for p, r in enumerate(home[:n]):
+        if arrangement[p] not in forbidden[r]:
+            owner[p], load[r] = r, load[r] + 1
+
+    def augment(p: int, seen: set[int]) -> bool:
+        for r in range(len(counts)):
+            if r in seen or arrangement[p] in forbidden[r]:
+                continue
+            seen.add(r)
+            if load[r] < counts[r]:
+                owner[p], load[r] = r, load[r] + 1
+                return True
+            for q in range(n):
+                if owner[q] == r and augment(q, seen):
+                    owner[p] = r  # q moved to another request; r's count is unchanged
+                    return True
+        return False
+
+    for p in range(n):
+        if owner[p] is None and not augment(p, set()):
+            return None
+    return [arrangement[p] for r in range(len(counts)) for p in range(n) if owner[p] == r]
 
 
 def node_admits(pod: Mapping[str, Any], node: Mapping[str, Any] | None) -> str | None:
@@ -415,19 +461,27 @@ class Allocator:
         policy = choose_policy(preq, self.policy, self.colocation_policy)
         tried = self._tried.get(uid, set())
         refused: dict[str, str] = {}
-        candidates: list[Candidate] = []
+        names: list[str] = []
         with self._lock:
             node_objs = dict(self._nodes)
         requests = [r for c in todo for r in c.requests]
         tainted: dict[str, str] = {}
+        blocked: dict[str, list[dict[int, DeviceTaint]]] = {}  # node -> per request
 
-        def candidate(name: str) -> Candidate:
-            blocked = self._tainted(name, requests)
-            if not blocked:
+        def candidate(name: str, strict: bool) -> Candidate:
+            per = blocked.get(name)
+            if per is None:
+                per = blocked[name] = [self._blocked(name, r) for r in requests]
+            union: dict[int, DeviceTaint] = {}
+            for b in per:
+                for i, t in b.items():
+                    union.setdefault(i, t)
+            if not union:
                 return Candidate(name)
             tainted[name] = "device taints not tolerated: " + ", ".join(
-                f"GPU {i} {t}" for i, t in sorted(blocked.items()))
-            return Candidate(name, unusable=frozenset(blocked))
+                f"GPU {i} {t}" for i, t in sorted(union.items()))
+            unusable = set(union) if strict else set(per[0]).intersection(*per[1:])
+            return Candidate(name, unusable=frozenset(unusable))
 
         for name in self.state.node_names():
             if required is not None and name != required:
@@ -438,23 +492,42 @@ class Allocator:
             if why is not None:
                 refused[name] = why
                 continue
-            candidates.append(candidate(name))
-        if not candidates and tried and required is None:
+            names.append(name)
+        if not names and tried and required is None:
             self._tried.pop(uid, None)  # every node refused once: try them all again
-            candidates = [candidate(n) for n in self.state.node_names() if n not in refused
-                          or refused[n] == "kube-scheduler refused the pod there"]
-        t0 = time.perf_counter()
+            names = [n for n in self.state.node_names() if n not in refused
+                     or refused[n] == "kube-scheduler refused the pod there"]
         ask = Ask(preq.request, policy, uid, required)
-        try:
-            rows = self.decider.decide(ask, candidates, verb="filter", scored=True)
-        except BadRequest as exc:
-            self._wait(key, f"cannot allocate: {exc}")
-            return
-        self.metrics.decisions += 1
-        self.metrics.decision_seconds.append(time.perf_counter() - t0)
-        if len(self.metrics.decision_seconds) > 10_000:
-            del self.metrics.decision_seconds[:5_000]
-        best = self._best(rows)
+        # per request, as kube-scheduler: first on the GPUs some request tolerates; a set that
+        # cannot be handed out so that each request gets GPUs it tolerates is decided again
+        # on the GPUs every request tolerates (always assignable)
+        for strict in (False, True):
+            t0 = time.perf_counter()
+            try:
+                rows = self.decider.decide(ask, [candidate(n, strict) for n in names],
+                                           verb="filter", scored=True)
+            except BadRequest as exc:
+                self._wait(key, f"cannot allocate: {exc}")
+                return
+            self.metrics.decisions += 1
+            self.metrics.decision_seconds.append(time.perf_counter() - t0)
+            if len(self.metrics.decision_seconds) > 10_000:
+                del self.metrics.decision_seconds[:5_000]
+            best = self._best(rows)
+            chosen = best.outcome.decision if best is not None else None
+            if best is None or chosen is None:
+                break
+            per = blocked.get(best.name) or []
+            if strict or all(b.keys() == per[0].keys() for b in per[1:]):
+                break
+            fixed = self._tolerated(chosen, best.name, requests, per, preq)
+            if fixed is not None:
+                if fixed is not chosen:
+                    best = best._replace(outcome=replace(best.outcome, decision=fixed))
+                break
+            log.info("pod %s: the policy's set %s on %s cannot be handed out so that each "
+                     "request gets GPUs it tolerates; deciding on the GPUs all tolerate", key,
+                     chosen.mapping, best.name)
         if best is None:
             reasons = {r.name: r.outcome.reason + (f" ({tainted[r.name]})" if r.name in tainted
                                                    else "") for r in rows} | refused
@@ -491,20 +564,35 @@ class Allocator:
                  decision.policy, ",".join(g.claim.name for g in grants))
         self._writers.submit(self._write, key, rec, best.name, grants, decision)
 
-    def _tainted(self, node: str, requests: list[RequestAsk]) -> dict[int, DeviceTaint]:
-        """GPU index → the first taint of its device on ``node`` that one of ``requests``
-        (all of one kind: :func:`~scheduler_extender.dra.claims.pod_demand`) does not
-        tolerate."""
-        if not requests:
-            return {}
+    def _blocked(self, node: str, request: RequestAsk) -> dict[int, DeviceTaint]:
+        """GPU index → the first taint of its device (of the request's kind) on ``node``
+        that ``request`` does not tolerate."""
         out: dict[int, DeviceTaint] = {}
-        for i, taints in self.state.device_taints(node, requests[0].kind).items():
-            for r in requests:
-                hit = taint_prevents(taints, r.tolerations)
-                if hit is not None:
-                    out[i] = hit
-                    break
+        for i, taints in self.state.device_taints(node, request.kind).items():
+            hit = taint_prevents(taints, request.tolerations)
+            if hit is not None:
+                out[i] = hit
         return out
+
+    def _tolerated(self, decision: Decision, node: str, requests: list[RequestAsk],
+                   blocked: list[dict[int, DeviceTaint]], preq: PodRequest) -> Decision | None:
+        """``decision`` with its GPUs handed to ``requests`` so that each gets only GPUs it
+        tolerates (:func:`assign_tolerated`; EffBW recomputed when the order changed), or None
+        when its set allows no such assignment."""
+        order = assign_tolerated(decision.mapping, [r.count for r in requests],
+                                 [b.keys() for b in blocked])
+        if order is None:
+            return None
+        if tuple(order) == tuple(decision.mapping):
+            return decision
+        topo = self.state.node_topology(node)
+        eff = decision.effective_bandwidth_gbps
+        if isinstance(topo, Topology) and len(order) > 1:
+            eff = effective_bandwidth(topo, mapped_edges(preq.request.effective_pattern(),
+                                                         order), decision.bandwidth_model)
+        return replace(decision, mapping=tuple(order), effective_bandwidth_gbps=eff,
+                       reason=decision.reason + "; GPUs reordered so that each request gets "
+                       "GPUs whose taints it tolerates")
 
     @staticmethod
     def _best(rows: list[NodeDecision]) -> NodeDecision | None:

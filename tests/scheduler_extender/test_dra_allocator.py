@@ -375,8 +375,7 @@ def test_a_device_taint_keeps_its_gpu_from_requests_not_tolerating_it() -> None:
     reason = [m for n, _r, m in api.events if n == "b"][-1]
     assert "GPU 0 example.com/drain=maintenance:NoSchedule" in reason
     assert "GPU 5 example.com/broken=:NoExecute" in reason
-    # tolerating the drain taint (Equal, any effect) opens GPUs 0-4, not the NoExecute one;
-    # of a pod's two claims, both must tolerate it
+    # tolerating the drain taint (Equal, any effect) opens GPUs 0-4, not the NoExecute one
     ok = [{"key": "example.com/drain", "operator": "Equal", "value": "maintenance"}]
     api.add_claim(claim_obj("ns", "c1", [{"name": "g", "exactly": {
         "deviceClassName": dra.CLASS_GPU, "count": 2, "tolerations": ok}}]))
@@ -490,3 +489,62 @@ def test_an_api_server_without_device_taint_rules_is_not_an_error() -> None:
     feeds = Feeds(cast(Any, NoRules()), alloc)
     feeds.sync()
     assert feeds.taint_rules_served is False and alloc.state.ready()
+
+
+def _tolerating(name: str, count: int, *tolerations: dict[str, str]) -> dict[str, Any]:
+    return {"name": name, "exactly": {"deviceClassName": dra.CLASS_GPU, "count": count,
+                                      "tolerations": list(tolerations)}}
+
+
+def test_tolerations_are_per_request_as_in_kube_scheduler() -> None:
+    # GPUs 0 and 1 drained; a 4-GPU ring over claim A (tolerates the drain) and claim B
+    # (tolerates nothing). kube-scheduler checks each request's own tolerations, so A may take
+    # 0 and 1: the pod gets the policy's best set on the whole node, B none of 0 and 1
+    drained = {"key": "example.com/drain", "value": "", "effect": "NoSchedule"}
+    ok = {"key": "example.com/drain", "operator": "Exists"}
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    _taint_devices(alloc, "dgx1-v100", "n0", {f"gpu-{i}": [drained] for i in range(2)})
+    api.add_claim(claim_obj("ns", "a", [_tolerating("g", 2, ok)]))
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "p", [("x", "a"), ("y", "b")],
+                        annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    a, b = _indices(api.claims["ns/a"]), _indices(api.claims["ns/b"])
+    best = place("gputopo", DGX1, NodeState.whole(()),
+                 Request(count=4, pattern=parse_pattern("ring", 4)))
+    assert sorted(a + b) == sorted(best.gpus) and not set(b) & {0, 1}
+    # the pod's annotations give the order handed out (A's GPUs, then B's)
+    assert api.pods["ns/p"]["metadata"]["annotations"][ANN_GPU_INDICES] == ",".join(
+        map(str, a + b))
+    api.delete_pod("ns/p")
+    # GPUs 0-5 drained, A asks 4 and B 2: the policy's best 6-GPU set leaves B without two
+    # clean GPUs and the set every request tolerates ({6, 7}) is too small, so the pod waits
+    # (kube-scheduler's first fit would mix: the policies take one free set per decision)
+    _taint_devices(alloc, "dgx1-v100", "n0", {f"gpu-{i}": [drained] for i in range(6)},
+                   generation=3)
+    api.add_claim(claim_obj("ns", "c", [_tolerating("g", 4, ok)]))
+    api.add_claim(claim_obj("ns", "d", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "q", [("x", "c"), ("y", "d")], annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    assert api.claims["ns/c"]["status"] == {} and api.claims["ns/d"]["status"] == {}
+    assert "GPU 5 example.com/drain=:NoSchedule" in [m for n, _r, m in api.events if n == "q"][-1]
+    # GPUs nobody tolerates are never used: with A tolerating nothing either, a pod of two
+    # 1-GPU claims gets 6 and 7
+    api.add_claim(claim_obj("ns", "e", [gpus("g", 1)]))
+    api.add_claim(claim_obj("ns", "f", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "r", [("x", "e"), ("y", "f")]))
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/e"]) + _indices(api.claims["ns/f"])) == [6, 7]
+
+
+def test_assign_tolerated_keeps_the_pattern_split_where_allowed() -> None:
+    from scheduler_extender.dra.allocator import assign_tolerated
+
+    assert assign_tolerated([3, 1, 2, 0], [2, 2], [(), ()]) == [3, 1, 2, 0]
+    # request 1 may not have GPU 2: GPU 2 moves to request 0, the fewest moves
+    got = assign_tolerated([3, 1, 2, 0], [2, 2], [(), (2,)])
+    assert got is not None and 2 in got[:2] and sorted(got) == [0, 1, 2, 3]
+    # nobody may have GPU 2: no assignment
+    assert assign_tolerated([3, 1, 2, 0], [2, 2], [(2,), (2,)]) is None
+    # request 1 may have only GPU 0: it gets it, request 0 the rest in their order
+    assert assign_tolerated([0, 1, 2, 3], [3, 1], [(), (1, 2, 3)]) == [1, 2, 3, 0]
