@@ -97,6 +97,14 @@ Choices the paper leaves open, and ours:
   rebuilds from nothing and moves a hundred running jobs) was the best schedule and the local
   search spent hundreds of changes undoing it; this schedule is one or two changes away from
   where they ended. It draws no random numbers: the randomised iterations are the same.
+* **A shadow price on oversubscribed node classes**
+  (:attr:`PlannerSettings.shadow_window_s`, :func:`shadow_prices`). Eq. 1 sees capacity only
+  at T_c (Appendix A, 4g): while the work the jobs want of a node class over the next
+  ``shadow_window_s`` exceeds what it can do, the rule and the energy term charge its GPU
+  time the dual price of that capacity — what the marginal job loses per GPU-second by
+  running elsewhere — so the jobs that lose least by leaving the class (on §V-B's first
+  scenario: the LSTMs, onto the T4s) leave it first. It is not energy: the plan reports it
+  apart (:attr:`Objective.shadow_eur`).
 
 The search's randomness is Python's ``random.Random(settings.seed)``, created per call and
 drawn in the same order as before issue 22's rewrite: with :meth:`PlannerSettings.paper`
@@ -142,6 +150,13 @@ DEFAULT_MOVE_PENALTY_EUR = 0.02
 DEFAULT_VACANCY_S = 1800.0
 #: Randomised iterations in a row without a better schedule before the search stops.
 DEFAULT_PATIENCE = 50
+#: The window over which a node class's capacity is held against the work pending for it,
+#: s (:func:`shadow_prices`): the vacancy horizon's value, :data:`DEFAULT_VACANCY_S` (how
+#: long the planner expects a GPU to wait for work); not tuned on the benchmark.
+DEFAULT_SHADOW_WINDOW_S = DEFAULT_VACANCY_S
+#: Regrets per GPU-second (:func:`shadow_prices`) closer than this share of a fully busy
+#: GPU's energy cost are equal: profiles are not known that well.
+REGRET_TOLERANCE = 0.01
 #: f_OBJ values closer than this (EUR) are equal.
 TIE_EUR = 1e-9
 
@@ -261,6 +276,10 @@ class PlannerSettings:
             free GPUs), build a second one in Eq. 2's pressure order: a running job still
             prefers its place, but a waiting job more pressing than it takes GPUs first
             (default True; False: the paper's choices, see :func:`_search`).
+        shadow_window_s: price a node class's GPU time at its shadow price while the work
+            pending for it over this window exceeds its capacity (:func:`shadow_prices`),
+            s (default :data:`DEFAULT_SHADOW_WINDOW_S`; 0 = off, the paper). Needs
+            ``energy_term="all"``.
     """
 
     rho: float = DEFAULT_RHO
@@ -278,6 +297,7 @@ class PlannerSettings:
     patience: int | None = DEFAULT_PATIENCE
     local_search: bool = True
     pressing_incumbent: bool = True
+    shadow_window_s: float = DEFAULT_SHADOW_WINDOW_S
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rho) and self.rho >= 0):
@@ -294,11 +314,15 @@ class PlannerSettings:
             raise PlanningError("patience must be at least 1 (or None: every iteration)")
         if not (math.isfinite(self.vacancy_s) and self.vacancy_s >= 0):
             raise PlanningError("vacancy_s must be a non-negative number of seconds")
+        if not (math.isfinite(self.shadow_window_s) and self.shadow_window_s >= 0):
+            raise PlanningError("shadow_window_s must be a non-negative number of seconds")
         if self.energy_term not in ("first-ending", "all"):
             raise PlanningError("energy_term must be 'first-ending' or 'all'")
         if self.local_search and self.energy_term != "all":
             raise PlanningError("local_search needs energy_term='all' (a job's cost must not "
                                 "depend on its neighbours)")
+        if self.shadow_window_s and self.energy_term != "all":
+            raise PlanningError("shadow_window_s needs energy_term='all' (0 turns it off)")
         for name in ("swap_probability", "alpha"):
             v = getattr(self, name)
             if not (0.0 <= v <= 1.0):
@@ -315,14 +339,15 @@ class PlannerSettings:
         """
         base: dict[str, Any] = {"move_penalty_eur": 0.0, "shared_idle": False,
                                 "energy_term": "first-ending", "patience": None,
-                                "local_search": False, "pressing_incumbent": False}
+                                "local_search": False, "pressing_incumbent": False,
+                                "shadow_window_s": 0.0}
         return cls(**{**base, **overrides})
 
     def as_paper(self) -> PlannerSettings:
         """These settings with the paper's choices (:meth:`paper`), the rest kept."""
         return replace(self, move_penalty_eur=0.0, shared_idle=False,
                        energy_term="first-ending", patience=None, local_search=False,
-                       pressing_incumbent=False)
+                       pressing_incumbent=False, shadow_window_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -336,12 +361,17 @@ class Objective:
             or Σ_j π_j (``all``: a waiting job at its cheapest configuration's π).
         reconfiguration_eur: not in Eq. 1 — the cost of moving or preempting running jobs
             (:func:`reconfiguration_eur`); 0 for a schedule that keeps every running job.
+        shadow_eur: not in Eq. 1 — the GPU time the schedule takes on oversubscribed node
+            classes at their shadow prices (:func:`shadow_prices`), less what each waiting
+            job's cheapest configuration would take; not energy (0 without
+            :attr:`PlannerSettings.shadow_window_s`).
     """
 
     tardiness_eur: float
     worst_case_eur: float
     energy_eur: float
     reconfiguration_eur: float = 0.0
+    shadow_eur: float = 0.0
 
     @property
     def total_eur(self) -> float:
@@ -350,8 +380,9 @@ class Objective:
 
     @property
     def selection_eur(self) -> float:
-        """What Algorithm 1 minimises here: f_OBJ plus the reconfiguration term, EUR."""
-        return self.total_eur + self.reconfiguration_eur
+        """What Algorithm 1 minimises here: f_OBJ plus the reconfiguration and shadow terms,
+        EUR."""
+        return self.total_eur + self.reconfiguration_eur + self.shadow_eur
 
 
 @dataclass(frozen=True)
@@ -480,10 +511,10 @@ def reconfiguration_eur(job: PlanJob, nodes: Sequence[PlanNode],
 
 
 def _job_times(job: PlanJob, nodes: Sequence[PlanNode],
-               settings: PlannerSettings) -> list[tuple[float, float]]:
-    """(t_jng, π_jng) of every configuration job ``job`` could take now: restart time added
-    when it runs elsewhere, its progress kept on its current placement."""
-    out: list[tuple[float, float]] = []
+               settings: PlannerSettings) -> list[tuple[float, float, str, int]]:
+    """(t_jng, π_jng, node, g) of every configuration job ``job`` could take now: restart
+    time added when it runs elsewhere, its progress kept on its current placement."""
+    out: list[tuple[float, float, str, int]] = []
     for node in nodes:
         for g in range(1, node.gpus + 1):
             t = execution_time_s(job, node, g)
@@ -493,9 +524,9 @@ def _job_times(job: PlanJob, nodes: Sequence[PlanNode],
             if job.current is not None:
                 if job.current == Placement(node.name, g):
                     stay = max(t - job.progress_s, 1e-6)
-                    out.append((stay, stay * c))
+                    out.append((stay, stay * c, node.name, g))
                 t += settings.restart_s
-            out.append((t, t * c))
+            out.append((t, t * c, node.name, g))
     return out
 
 
@@ -514,9 +545,10 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
     """
     s = settings or PlannerSettings()
     by_name = {n.name: n for n in nodes}
+    lam = shadow_prices(nodes, jobs, s) if s.shadow_window_s and jobs else {}
     used: dict[str, int] = {}
     first: dict[str, tuple[float, float]] = {}  # node -> (t, π) of its first-ending job
-    tard = worst = moves = energy = 0.0
+    tard = worst = moves = energy = shadow = 0.0
     for job in jobs:
         where = schedule.get(job.id)
         w = job.weight_eur_per_h / 3600.0  # EUR per second late
@@ -528,7 +560,12 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             if m is not None:
                 worst += s.rho * w * max(0.0, now_s + s.interval_s + m - job.due_s)
             if s.energy_term == "all":
-                energy += min((pi for _, pi in _job_times(job, nodes, s)), default=0.0)
+                options = _job_times(job, nodes, s)
+                cheapest = min((pi for _, pi, _, _ in options), default=0.0)
+                energy += cheapest
+                if lam:
+                    shadow += min((pi + t * g * lam[n] for t, pi, n, g in options),
+                                  default=0.0) - cheapest
             continue
         node = by_name.get(where.node)
         if node is None:
@@ -547,6 +584,8 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
         tard += w * max(0.0, now_s + t - job.due_s)
         pi = t / 3600.0 * cost_eur_per_h(node, where.gpus, s)
         energy += pi
+        if lam:
+            shadow += t * where.gpus * lam[node.name]
         if node.name not in first or (t, pi) < first[node.name]:
             first[node.name] = (t, pi)
     if s.energy_term == "first-ending":
@@ -557,7 +596,7 @@ def objective(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
             if 0 < busy < node.gpus:
                 idle = node_cost_eur_per_h(node.power, 0, s.price) / 3600.0
                 energy += idle * s.vacancy_s / node.size * (node.gpus - busy)
-    return Objective(tard, worst, energy, moves)
+    return Objective(tard, worst, energy, moves, shadow)
 
 
 # ------------------------------------------------------------------------------ the search
@@ -640,7 +679,10 @@ class _Classes:
         of: the class of each node.
         info: (GPU model key, G, power) per class.
         cost_per_s: per class and g = 0..G, the hourly cost the rule charges / 3600 (EUR/s):
-            c_ng, or g · c_nG / G with ``shared_idle``.
+            c_ng, or g · c_nG / G with ``shared_idle``, plus g · :attr:`shadow_per_s` (set
+            by :meth:`set_shadow`).
+        energy_per_s: the same without the shadow price: the energy alone, EUR/s.
+        shadow_per_s: per class, the shadow price of one GPU's time, EUR/s (0 = none).
         configs: every (class, g) with g = 1..G, class by class: the columns of the
             per-point time and cost arrays.
     """
@@ -665,6 +707,8 @@ class _Classes:
         else:
             self.cost_per_s = [[node_cost_eur_per_h(p, g, price) / 3600.0
                                 for g in range(gmax + 1)] for _, gmax, p in self.info]
+        self.energy_per_s = [row[:] for row in self.cost_per_s]
+        self.shadow_per_s = [0.0] * len(self.info)
         #: c_n0 / 3600 per class: the idle power's cost, EUR/s
         self.idle_per_s = [node_cost_eur_per_h(p, 0, price) / 3600.0 for _, _, p in self.info]
         self.configs: list[tuple[int, int]] = [(c, g) for c, (_, gmax, _) in
@@ -675,6 +719,13 @@ class _Classes:
             levels: list[list[int]] = [[] for _ in range(gmax + 1)]
             levels[gmax] = sorted(self.members[c], reverse=True)
             self._template.append(levels)
+
+    def set_shadow(self, per_gpu_s: Sequence[float]) -> None:
+        """Charge g GPUs of class c ``per_gpu_s[c]`` · g EUR/s on top of their energy."""
+        self.shadow_per_s = [float(x) for x in per_gpu_s]
+        self.cost_per_s = [[e + g * lam for g, e in enumerate(row)]
+                           for row, lam in zip(self.energy_per_s, self.shadow_per_s,
+                                               strict=True)]
 
     def buckets(self, free: Sequence[int]) -> list[list[list[int]]]:
         """buckets[c][k]: nodes of class c with exactly k free GPUs, highest index first (so
@@ -736,9 +787,106 @@ def _epoch_rows(jobs: Sequence[PlanJob], classes: _Classes,
     return np.array(rows, dtype=np.float64).reshape(len(jobs), len(keys))
 
 
+def _class_shadow(per_epoch: np.ndarray, remaining: np.ndarray, classes: _Classes,
+                  window_s: float) -> list[float]:
+    """The shadow price of one GPU's time per node class, EUR/s (:func:`shadow_prices`):
+    ``per_epoch`` and ``remaining`` as :func:`_epoch_rows` and the jobs' remaining epochs."""
+    n_cls = len(classes.info)
+    lam = [0.0] * n_cls
+    if window_s <= 0 or per_epoch.size == 0:
+        return lam
+    cfg_cls = np.array([c for c, _ in classes.configs], dtype=np.int64)
+    cfg_g = np.array([g for _, g in classes.configs], dtype=np.float64)
+    rate = np.array([classes.energy_per_s[c][g] for c, g in classes.configs], dtype=np.float64)
+    times = per_epoch * remaining[:, None]
+    costs = np.where(np.isnan(times), np.inf, times * rate[None, :])
+    valid = np.isfinite(costs).any(axis=1)
+    costs, times = costs[valid], times[valid]
+    if not len(costs):
+        return lam
+    k = np.argmin(costs, axis=1)  # each job's cheapest configuration
+    rows = np.arange(len(costs))
+    cls, g, t, c = cfg_cls[k], cfg_g[k], times[rows, k], costs[rows, k]
+    need = g * np.minimum(t, window_s)  # GPU-seconds it wants of the window
+    demand = np.bincount(cls, weights=need, minlength=n_cls)
+    for ci, members in enumerate(classes.members):
+        capacity = len(members) * classes.info[ci][1] * window_s
+        if demand[ci] <= capacity:
+            continue
+        mine = np.flatnonzero(cls == ci)
+        other = cfg_cls != ci
+        alt = (costs[mine][:, other].min(axis=1) if other.any()
+               else np.full(len(mine), np.inf))
+        # what each job loses per GPU-second of the class it leaves for its best elsewhere
+        regret = (alt - c[mine]) / (g[mine] * t[mine])
+        order = np.argsort(-regret, kind="stable")
+        ranked = regret[order]
+        marginal_at = int(np.searchsorted(np.cumsum(need[mine][order]), capacity,
+                                          side="right"))
+        marginal = float(ranked[marginal_at])
+        if not math.isfinite(marginal):  # every job that can leave must leave
+            finite = ranked[np.isfinite(ranked)]
+            lam[ci] = float(finite.max()) * (1 + REGRET_TOLERANCE) if len(finite) else 0.0
+            continue
+        # regrets closer than REGRET_TOLERANCE of a fully busy GPU's cost are equal
+        tol = REGRET_TOLERANCE * classes.energy_per_s[ci][-1] / classes.info[ci][1]
+        kept, rest = ranked[:marginal_at], ranked[marginal_at:]
+        above = kept[np.isfinite(kept) & (kept > marginal + tol)]
+        below = rest[rest < marginal - tol]
+        if len(above):  # the marginal group leaves first, the fallback returns the rest
+            lam[ci] = (marginal + float(above.min())) / 2
+        elif len(below):  # the class cannot hold its top group: the jobs below it leave
+            lam[ci] = (marginal + float(below.max())) / 2
+        # else every job wanting the class loses the same by leaving: no price
+    return lam
+
+
+def shadow_prices(nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
+                  settings: PlannerSettings | None = None) -> dict[str, float]:
+    """The shadow price of one GPU-second of each node, EUR/s (0 on most nodes most of the
+    time), with :attr:`PlannerSettings.shadow_window_s` = W > 0.
+
+    Eq. 1 prices a configuration at its energy and sees capacity only at T_c (Appendix A,
+    4g); §IV-A: the Job Optimizer "considers a problem with a much narrower scope making it
+    challenging to estimate the impact of decisions on the overall cost". When the work the
+    jobs want of a node class — each job at its cheapest configuration, g · min(t_jng, W)
+    GPU-seconds — exceeds what the class can do in the window (its GPUs × W), some of it
+    must run elsewhere, and a GPU-second of the class is worth what the job that gives it up
+    loses. This is the dual price of the class's capacity constraint summed over the window,
+    for the assignment that keeps the jobs which lose most by leaving: the jobs are ranked
+    by their regret per GPU-second of the class, (π of the best configuration outside it −
+    π of the cheapest) / (g · t_jng), the class is filled in that order, and the price lies
+    between the regret of the first job that does not fit (the *marginal* one) and the next
+    higher regret among those that do. We take the middle of that range, so the jobs as
+    cheap to move as the marginal one prefer elsewhere (and take it while it has room; the
+    rule's fallback puts the rest on the class) and the others stay. When no job that fits
+    has a higher regret than the marginal one (regrets within :data:`REGRET_TOLERANCE` of a
+    busy GPU's cost are equal) — the class cannot hold even the jobs that lose most by
+    leaving — the price is the middle between the marginal regret and the next lower one,
+    so that the jobs below the marginal group leave and it keeps the class; when every job
+    wanting the class loses the same, which ones leave does not matter and the price is 0;
+    when the marginal job has nowhere else to go, it is just above the highest finite
+    regret. Nothing is fitted to a workload; W is the only parameter.
+
+    Returns:
+        node name → EUR per GPU-second (shared by every node of a node class).
+
+    Raises:
+        PlanningError: inconsistent input (as :func:`plan`).
+    """
+    s = settings or PlannerSettings()
+    _validate(nodes, jobs)
+    classes = _Classes(nodes, s.price, s.shared_idle)
+    lam = _class_shadow(_epoch_rows(jobs, classes),
+                        np.array([j.remaining_epochs for j in jobs], dtype=np.float64),
+                        classes, s.shadow_window_s)
+    return {n.name: lam[classes.of[i]] for i, n in enumerate(nodes)}
+
+
 def _all_job_data(jobs: Sequence[PlanJob], classes: _Classes, node_index: Mapping[str, int],
                   now_s: float, s: PlannerSettings,
-                  cache: PlanCache | None = None) -> list[_JobData]:
+                  cache: PlanCache | None = None,
+                  per_epoch: np.ndarray | None = None) -> list[_JobData]:
     """:class:`_JobData` of every job, computed per node class with numpy: t_jng and π of
     every (job, class, g) and each job's stay option are arrays of shape (J, K + 1) (K
     configurations, plus the one bound to a running job's node), and one ``lexsort`` orders
@@ -751,7 +899,8 @@ def _all_job_data(jobs: Sequence[PlanJob], classes: _Classes, node_index: Mappin
     cfg_cls = np.array([c for c, _ in classes.configs] + [0], dtype=np.int64)
     cfg_g = np.array([g for _, g in classes.configs] + [0], dtype=np.int64)
     rate = np.array([classes.cost_per_s[c][g] for c, g in classes.configs], dtype=np.float64)
-    per_epoch = _epoch_rows(jobs, classes, cache)
+    if per_epoch is None:
+        per_epoch = _epoch_rows(jobs, classes, cache)
     remaining = np.array([j.remaining_epochs for j in jobs], dtype=np.float64)
     times = np.empty((n_jobs, n_cfg + 1), dtype=np.float64)
     times[:, :n_cfg] = per_epoch * remaining[:, None]  # t_jng, s; NaN where no profile
@@ -834,7 +983,7 @@ def _all_job_data(jobs: Sequence[PlanJob], classes: _Classes, node_index: Mappin
         move = 0.0
         if cur is not None:
             stay = next((o for o in ordered if o.node >= 0), None)
-            c_now = classes.cost_per_s[classes.of[cur_node]][cur.gpus]
+            c_now = classes.energy_per_s[classes.of[cur_node]][cur.gpus]
             move = (job.progress_s + s.restart_s) * c_now + s.move_penalty_eur
         out.append(_JobData(
             job=job, index=idx, weight=wi, due=job.due_s, ordered=ordered, in_dstar=nd,
@@ -889,7 +1038,7 @@ def _finish_job(idx: int, job: PlanJob, options: list[_Option], cur_node: int, h
         postponed += s.rho * w * max(0.0, now_s + s.interval_s + slowest - due)
     move = 0.0
     if cur is not None:
-        c_now = classes.cost_per_s[classes.of[cur_node]][cur.gpus]
+        c_now = classes.energy_per_s[classes.of[cur_node]][cur.gpus]
         move = (job.progress_s + s.restart_s) * c_now + s.move_penalty_eur
     return _JobData(
         job=job, index=idx, weight=w, due=due, ordered=(*dstar, *rest),
@@ -971,6 +1120,7 @@ class _Best:
     iteration: int
     greedy_terms: tuple[float, float, float, float]
     iterations: int
+    greedy_assign: list[_Assign] = field(default_factory=list)
 
 
 def _vacancy_eur_per_gpu(nodes: Sequence[PlanNode], classes: _Classes,
@@ -1033,6 +1183,7 @@ def _search(now_s: float, nodes: Sequence[PlanNode], classes: _Classes, data: li
     best_terms = (0.0, 0.0, 0.0, 0.0)
     best_iter = 0
     greedy_terms = (0.0, 0.0, 0.0, 0.0)
+    greedy_assign: list[_Assign] = []
     iterations = 0
     last_better = 0
 
@@ -1149,6 +1300,7 @@ def _search(now_s: float, nodes: Sequence[PlanNode], classes: _Classes, data: li
         f = tard_total + worst + first_total + moves
         if it == 0:
             greedy_terms = (tard_total, worst, first_total, moves)
+            greedy_assign = assign
         if f < best_f - TIE_EUR or (abs(f - best_f) <= TIE_EUR and changes < best_changes):
             best_f, best_changes = f, changes
             best_assign = assign
@@ -1156,7 +1308,7 @@ def _search(now_s: float, nodes: Sequence[PlanNode], classes: _Classes, data: li
             best_iter = it
             last_better = it
             limit = best_f + TIE_EUR - base
-    return _Best(best_assign, best_terms, best_iter, greedy_terms, iterations)
+    return _Best(best_assign, best_terms, best_iter, greedy_terms, iterations, greedy_assign)
 
 
 def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
@@ -1181,16 +1333,44 @@ def plan(now_s: float, nodes: Sequence[PlanNode], jobs: Sequence[PlanJob],
     s = settings or PlannerSettings()
     node_index = _validate(nodes, jobs)
     classes = _Classes(nodes, s.price, s.shared_idle)
-    data = _all_job_data(jobs, classes, node_index, now_s, s, cache)
+    per_epoch = None
+    if s.shadow_window_s and jobs:
+        per_epoch = _epoch_rows(jobs, classes, cache)
+        classes.set_shadow(_class_shadow(
+            per_epoch, np.array([j.remaining_epochs for j in jobs], dtype=np.float64),
+            classes, s.shadow_window_s))
+    data = _all_job_data(jobs, classes, node_index, now_s, s, cache, per_epoch)
     best = _search(now_s, nodes, classes, data, s)
     local_moves = 0
     if s.local_search and best.assign:
         best, local_moves = _local_search(now_s, nodes, classes, data, s, best)
-    return _decide(now_s, nodes, data, best, local_moves)
+    return _decide(now_s, nodes, data, best, local_moves, classes.shadow_per_s)
+
+
+def _shadow_eur(opt: _Option, lam: Sequence[float]) -> float:
+    """The shadow part of an option's π (:func:`shadow_prices`), EUR."""
+    return opt.time_s * opt.gpus * lam[opt.cls] if lam[opt.cls] else 0.0
+
+
+def _split(terms: tuple[float, float, float, float], data: list[_JobData],
+           assign: list[_Assign], lam: Sequence[float]) -> Objective:
+    """The search's terms as an :class:`Objective`, the shadow part of its energy term
+    apart: each placed job's, and for each waiting job its cheapest option's π with the
+    shadow price less its cheapest energy."""
+    tard, worst, energy, moves = terms
+    if not any(lam) or not assign:
+        return Objective(tard, worst, energy, moves)
+    shadow = 0.0
+    for d, a in zip(data, assign, strict=True):
+        if a is not None:
+            shadow += _shadow_eur(a[2], lam)
+        elif d.ordered:
+            shadow += d.min_cost - min(o.cost_eur - _shadow_eur(o, lam) for o in d.ordered)
+    return Objective(tard, worst, energy - shadow, moves, shadow)
 
 
 def _decide(now_s: float, nodes: Sequence[PlanNode], data: list[_JobData], best: _Best,
-            local_moves: int) -> Plan:
+            local_moves: int, lam: Sequence[float]) -> Plan:
     decisions: dict[str, JobDecision] = {}
     for d in data:
         a = best.assign[d.index] if best.assign else None
@@ -1218,12 +1398,12 @@ def _decide(now_s: float, nodes: Sequence[PlanNode], data: list[_JobData], best:
             why = "none meets the due date; a faster configuration was full or gave a higher f_OBJ"
         finish = now_s + opt.time_s
         decisions[job.id] = JobDecision(
-            job.id, Placement(nodes[node].name, g), opt.time_s, finish, opt.cost_eur,
-            max(0.0, finish - d.due), why)
+            job.id, Placement(nodes[node].name, g), opt.time_s, finish,
+            opt.cost_eur - _shadow_eur(opt, lam), max(0.0, finish - d.due), why)
     return Plan(
-        now_s=now_s, decisions=decisions, objective=Objective(*best.terms),
+        now_s=now_s, decisions=decisions, objective=_split(best.terms, data, best.assign, lam),
         iterations=best.iterations, best_iteration=best.iteration,
-        greedy_objective=Objective(*best.greedy_terms),
+        greedy_objective=_split(best.greedy_terms, data, best.greedy_assign, lam),
         pressure_s={d.job.id: d.pressure for d in data}, local_moves=local_moves,
     )
 

@@ -6,6 +6,7 @@ determinism, and invariants (hypothesis)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ from topology.planning.andreas import (
     plan,
     pressure_s,
     reconfiguration_eur,
+    shadow_prices,
     slowest_time_s,
 )
 from topology.planning.energy import EnergyPrice, PowerProfile
@@ -305,6 +307,11 @@ def test_paper_settings_are_the_papers() -> None:
         PlannerSettings(patience=0)
     with pytest.raises(PlanningError, match="vacancy_s"):
         PlannerSettings(vacancy_s=-1)
+    assert (p.shadow_window_s, d.shadow_window_s) == (0.0, 1800.0)
+    with pytest.raises(PlanningError, match="shadow_window_s must"):
+        PlannerSettings(shadow_window_s=-1)
+    with pytest.raises(PlanningError, match="shadow_window_s needs"):
+        PlannerSettings(energy_term="first-ending", local_search=False)
 
 
 def test_shared_idle_hand_computed() -> None:
@@ -372,16 +379,52 @@ def test_local_search_swaps_configurations() -> None:
     nodes = [v100("v", 1), t4("t")]
     lstm = job("L", 30_000, 1, 20, {("v100-pcie-32gb", 1): 100.0, ("t4", 1): 170.0})
     cnn = job("C", 90_000, 1, 20, {("v100-pcie-32gb", 1): 100.0, ("t4", 1): 250.0})
-    greedy = plan(0, nodes, [lstm, cnn], PlannerSettings(max_iterations=1, local_search=False))
+    s = PlannerSettings(max_iterations=1, shadow_window_s=0)  # the shadow price decides it
+    greedy = plan(0, nodes, [lstm, cnn], replace(s, local_search=False))
     assert (greedy.placement("L"), greedy.placement("C")) == (Placement("v", 1),
                                                               Placement("t", 1))
-    better = plan(0, nodes, [lstm, cnn], PlannerSettings(max_iterations=1))
+    better = plan(0, nodes, [lstm, cnn], s)
     assert (better.placement("L"), better.placement("C")) == (Placement("t", 1),
                                                               Placement("v", 1))
     assert better.local_moves == 1
     saved = 20 * ((250 - 100) - (170 - 100)) / 3600 * C_T4_1
     assert better.objective.selection_eur == pytest.approx(
         greedy.objective.selection_eur - saved - 20 * (100 - 100) / 3600 * C_V100_1)
+
+
+def test_shadow_price_sends_the_job_that_loses_least_off_an_oversubscribed_class() -> None:
+    """One V100 GPU, two jobs of 2000 s on it: over the 1800 s window they want 3600
+    GPU-seconds of a class that has 1800, so one must run on the T4. Per V100 GPU-second, L
+    loses (3400 s x c_t,1 - 2000 s x c_v,1) / 2000 s on the T4 and C (5000 s x c_t,1 - 2000 s
+    x c_v,1) / 2000 s: C fills the V100 and L is the marginal job, so the V100's shadow price
+    is the middle of the two regrets. With it the pure greedy (no local search) already puts
+    L, the more pressing, on the T4 and C on the V100 — without it, L takes the V100 — and
+    the shadow price is reported apart from the energy."""
+    nodes = [v100("v", 1), t4("t")]
+    lstm = job("L", 30_000, 1, 20, {("v100-pcie-32gb", 1): 100.0, ("t4", 1): 170.0})
+    cnn = job("C", 90_000, 1, 20, {("v100-pcie-32gb", 1): 100.0, ("t4", 1): 250.0})
+    regret_l = (3400 * C_T4_1 - 2000 * C_V100_1) / 3600 / 2000
+    regret_c = (5000 * C_T4_1 - 2000 * C_V100_1) / 3600 / 2000
+    lam = shadow_prices(nodes, [lstm, cnn])
+    assert lam["v"] == pytest.approx((regret_l + regret_c) / 2, rel=1e-9)
+    assert lam["t"] == 0.0
+    s = PlannerSettings(max_iterations=1, local_search=False)
+    p = plan(0, nodes, [lstm, cnn], s)
+    assert (p.placement("L"), p.placement("C")) == (Placement("t", 1), Placement("v", 1))
+    energy = (3400 * C_T4_1 + 2000 * C_V100_1) / 3600
+    assert p.objective.energy_eur == pytest.approx(energy, rel=1e-9)
+    assert p.objective.shadow_eur == pytest.approx(2000 * lam["v"], rel=1e-9)
+    assert p.decisions["C"].energy_cost_eur == pytest.approx(2000 * C_V100_1 / 3600, rel=1e-9)
+    off = plan(0, nodes, [lstm, cnn], replace(s, shadow_window_s=0))
+    assert (off.placement("L"), off.placement("C")) == (Placement("v", 1), Placement("t", 1))
+    assert off.objective.shadow_eur == 0.0
+    # two jobs that lose the same by leaving: which one leaves does not matter, no price
+    assert shadow_prices(nodes, [lstm, replace(lstm, id="L2")])["v"] == 0.0
+    # two V100s hold both: no price
+    two = [v100("v", 1), v100("w", 1), t4("t")]
+    assert set(shadow_prices(two, [lstm, cnn]).values()) == {0.0}
+    assert set(shadow_prices(nodes, [lstm, cnn], replace(s, shadow_window_s=0)).values()) \
+        == {0.0}
 
 
 def test_local_search_sends_a_running_job_home() -> None:
