@@ -15,8 +15,9 @@ Parts (``--only``, comma-separated; default all):
   are kept under ``benchmarks/results/sim/andreas-s<case>-n10/``.
 * ``ablation`` — the paper's Algorithm 1 with gputopo's changes added one at a time (early
   stopping, the move charge, shared idle power, the energy term over every job, the local
-  search = ``andreas``), at N = 10 (``--ablation-sizes``), seeds 1-3; and the vacancy horizon
-  and move charge around their defaults at N = 10.
+  search, the pressing incumbent, the shadow price = ``andreas``), at N = 10
+  (``--ablation-sizes``), seeds 1-3; and the vacancy horizon and move charge around their
+  defaults at N = 10.
 * ``timing`` — ``andreas``'s rescheduling points at N = 100 (seed 1, both scenarios) are
   captured from its simulation; on every k-th of them, in this one process and one after the
   other, the reference (the shipped ``andreas`` before issue 22, MaxIt_RG = 1,000), the fast
@@ -89,8 +90,12 @@ def ablation_settings() -> dict[str, Any]:
         "+early stop": replace(paper, patience=50),
         "+move charge": replace(paper, patience=50, move_penalty_eur=0.02),
         "+shared idle": replace(paper, patience=50, move_penalty_eur=0.02, shared_idle=True),
-        "+energy all": replace(PlannerSettings(), local_search=False),
-        "+local search (andreas)": PlannerSettings(),
+        "+energy all": replace(PlannerSettings(), local_search=False,
+                               pressing_incumbent=False, shadow_window_s=0.0),
+        "+local search": replace(PlannerSettings(), pressing_incumbent=False,
+                                 shadow_window_s=0.0),
+        "+pressing incumbent": replace(PlannerSettings(), shadow_window_s=0.0),
+        "+shadow price (andreas)": PlannerSettings(),
     }
     sweep = {f"vacancy {v:g} s": PlannerSettings(vacancy_s=v)
              for v in (300.0, 900.0, 1800.0, 3600.0, 7200.0)}
@@ -100,7 +105,7 @@ def ablation_settings() -> dict[str, Any]:
 
 
 LADDER = ["paper", "+early stop", "+move charge", "+shared idle", "+energy all",
-          "+local search (andreas)"]
+          "+local search", "+pressing incumbent", "+shadow price (andreas)"]
 
 
 def _version() -> str:
