@@ -461,7 +461,8 @@ def clean(gc: GpuCluster) -> None:
                180, "every Job and pod gone", interval_s=0.5)
 
 
-def run_seed(seed: int, jobs: int, rate: float, scale: float) -> dict[str, Any]:
+def run_seed(seed: int, jobs: int, rate: float, scale: float,
+             stacks: Sequence[str] = STACKS) -> dict[str, Any]:
     wl = workload(seed, jobs, rate)
     ideal = ideal_bottlenecks(wl)
     out: dict[str, Any] = {"jobs": len(wl.jobs), "gangs": sum(j.gang for j in wl.jobs)}
@@ -473,7 +474,7 @@ def run_seed(seed: int, jobs: int, rate: float, scale: float) -> dict[str, Any]:
                  scheduler=False,
                  labels={n: {LABEL_BLOCK: "b0", LABEL_RACK: r} for n, r in RACKS.items()})
         cp.core_v1().create_namespace(cast(Any, {"metadata": {"name": "gputopo-system"}}))
-        for stack in STACKS:
+        for stack in stacks:
             planner = None
             if stack == "default":
                 gc.start_scheduler(_default_scheduler_config(), name="kube-scheduler-default")
@@ -504,14 +505,18 @@ def run_seed(seed: int, jobs: int, rate: float, scale: float) -> dict[str, Any]:
                   f"{row['timeouts']} ({row['wall_s']:.0f} s)", flush=True)
             gc.stop_scheduler()
             clean(gc)
-    d, g = out["default"], out["gputopo"]
-    out["ratios"] = {
+    return out
+
+
+def ratios(res: Mapping[str, Any]) -> dict[str, float]:
+    """gputopo's row over the default stack's, for one seed."""
+    d, g = res["default"], res["gputopo"]
+    return {
         "makespan": round(g["makespan_s"] / d["makespan_s"], 3),
         "mean_jct": round(g["mean_jct_s"] / d["mean_jct_s"], 3),
         "worst_sensitive_bandwidth": round(g["worst_sensitive_gbps"]
                                            / d["worst_sensitive_gbps"], 2),
     }
-    return out
 
 
 def _uptime() -> str:
@@ -544,6 +549,8 @@ def markdown(doc: Mapping[str, Any]) -> str:
     ]
     worst_lines = []
     for seed, res in doc["seeds"].items():
+        if "ratios" not in res:
+            continue
         for stack in STACKS:
             r = res[stack]
             lines.append(f"| {seed} | {stack} | {r['makespan_s']:.0f} | {r['mean_jct_s']:.0f} | "
@@ -588,7 +595,7 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    seeds = list(doc["seeds"])
+    seeds = [s for s, res in doc["seeds"].items() if "ratios" in res]
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
     for ax, key, title in zip(axes, ("makespan_s", "mean_jct_s", "worst_sensitive_gbps"),
                               ("makespan, s", "mean job completion time, s",
@@ -617,6 +624,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0.6, help="jobs per (unscaled) minute")
     ap.add_argument("--scale", type=float, default=30.0, help="time divided by this")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--stacks", default=",".join(STACKS),
+                    help="run only these stacks, merged into --out's headline.json (each "
+                         "stack's wall time and uptime are kept in its row)")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite headline.md and headline.png from --out's headline.json")
     args = ap.parse_args(argv)
@@ -632,8 +642,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "command": " ".join(["python -m benchmarks.bench_headline",
                                                 *(argv if argv is not None else sys.argv[1:])]),
                            "uptime_start": _uptime(), "seeds": {}}
+    stacks = [s for s in STACKS if s in args.stacks.split(",")]
+    if not stacks:
+        ap.error(f"--stacks: none of {', '.join(STACKS)}")
+    if len(stacks) < len(STACKS) and (args.out / "headline.json").exists():
+        done = json.loads((args.out / "headline.json").read_text())
+        if (done.get("jobs"), done.get("rate_per_min"), done.get("scale")) == \
+                (args.jobs, args.rate, args.scale):
+            doc["seeds"] = done.get("seeds", {})
+            doc["command"] = f"{done.get('command')}; {doc['command']}"
+            doc["uptime_start"] = done.get("uptime_start", doc["uptime_start"])
     for seed in (int(s) for s in args.seeds.split(",") if s.strip()):
-        doc["seeds"][str(seed)] = run_seed(seed, args.jobs, args.rate, args.scale)
+        res = doc["seeds"].setdefault(str(seed), {})
+        res.update(run_seed(seed, args.jobs, args.rate, args.scale, stacks))
+        if all(s in res for s in STACKS):
+            res["ratios"] = ratios(res)
         args.out.mkdir(parents=True, exist_ok=True)
         doc["uptime_end"] = _uptime()
         (args.out / "headline.json").write_text(json.dumps(doc, indent=1) + "\n")
