@@ -118,6 +118,9 @@ GUARD_MARGIN = 0.01
 GUARD_MODELS = (MODEL_MAPA, MODEL_BOTTLENECK)
 #: EffBW (GB/s) below which a prediction counts as this much (Eq. 2 can go to 0 or below).
 FLOOR_GBPS = 1.0
+#: Free-mask costs of waiting jobs :class:`WaitingHomes` keeps (8 bytes each; 16 job shapes
+#: of a 16-GPU machine).
+MASK_COST_ROWS = 16 << 16
 
 _COLUMN = {m: i for i, m in enumerate(MODELS)}
 
@@ -581,7 +584,7 @@ class WaitingHomes:
     group of the node) with a free-GPU mask; a group lives in a *slot* while it has nodes.
     Each waiting job's cost per slot (what :func:`waiting_by_node` prices for every group) is
     read off its cost on every free mask of the class (:func:`mask_penalties`, computed once
-    per job shape and kept in the memo) at the slots' masks, once per change of the groups,
+    per job shape and kept) at the slots' masks, once per change of the groups,
     instead of regrouping the cluster and pricing every group per pod. A job's one best home
     depends on the groups only through the lowest and second-lowest cost and the lowest one's
     node count, so the answers are :func:`waiting_by_node`'s on the same groups, whatever the
@@ -598,6 +601,9 @@ class WaitingHomes:
     def __init__(self, memo: Memo, max_jobs: int = 256) -> None:
         self.memo = memo
         self.max_jobs = max_jobs
+        # the waiting jobs' costs per free mask, apart from ``memo`` so that they never evict
+        # the policies' model tables (65 536 rows per job shape on a 16-GPU machine)
+        self._mask_memo = Memo(MASK_COST_ROWS)
         self.reset()
 
     def reset(self) -> None:
@@ -694,7 +700,8 @@ class WaitingHomes:
         return pen
 
     def _mask_costs(self, u: Upcoming) -> dict[str, np.ndarray]:
-        """Per class with a table for ``u``: its cost on every free mask (kept in the memo)."""
+        """Per class with a table for ``u``: its cost on every free mask (kept, at most
+        :data:`MASK_COST_ROWS` of them)."""
         yard = _yardstick(self._classes, u, self.memo)
         if yard is None:
             return {}
@@ -708,9 +715,9 @@ class WaitingHomes:
             def build(t: ModelTable = table) -> np.ndarray:
                 return mask_penalties(t, cols, ideal)
 
-            out[cls] = self.memo.bounded(
-                ("mask-penalties", cls, pattern.size, pattern.edges, tuple(cols),
-                 tuple(ideal.tolist())), build, lambda a: int(a.shape[0]))
+            out[cls] = self._mask_memo.bounded(
+                (cls, pattern.size, pattern.edges, tuple(cols), tuple(ideal.tolist())),
+                build, lambda a: int(a.shape[0]))
         return out
 
     def _home(self, u: Upcoming, size: int) -> int:
