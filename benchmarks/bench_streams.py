@@ -12,7 +12,9 @@ choice measured against spreading and packing.
   symmetry of the machine (on a DGX-1: GPU i ↔ i+4) and maps its answer back. Every twin
   decision has exactly best-effort's set score; only its tie-breaking differs. How far the twin
   lands from best-effort on a seed is how far a policy *as good as* best-effort can land by
-  luck: a per-seed "≤ 1.0×" below that spread is not a property of the policy.
+  luck: a per-seed "≤ 1.0×" below that spread is not a property of the policy. The first
+  rule's own twin (``gputopo-twin``, the same relabelling) tells which of its per-seed
+  results are its rule's and which are its tie-breaking's luck.
 * **Node choice** (8 nodes) — gputopo with its own rule (``extender``: the prioritize score,
   quality, fragmentation and the harm to the waiting jobs), with kube-scheduler's spreading
   (``least-allocated``) and with packing (``most-allocated``), each against best-effort.
@@ -36,7 +38,7 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms import isomorphism
 
-from simulator.engine import DEFAULT_NODE_CHOICE, Simulation
+from simulator.engine import DEFAULT_NODE_CHOICE, Simulation, node_choice_for
 from simulator.many import many_seeds, mean_ratio_to_ideal, parse_seeds, table
 from simulator.report import makespan
 from simulator.workloads import load_workload
@@ -71,32 +73,44 @@ def symmetry(topology: Topology) -> list[int] | None:
     return None
 
 
-def register_twin(topology: Topology) -> bool:
-    """Register :data:`TWIN` for ``topology``'s symmetry; False when it has none."""
+def twin_name(base: str) -> str:
+    """The twin of policy ``base`` (:data:`TWIN` for best-effort, ``<base>-twin`` else)."""
+    return TWIN if base == "nvidia-best-effort" else f"{base}-twin"
+
+
+def register_twin(topology: Topology, base: str = "nvidia-best-effort") -> bool:
+    """Register :func:`twin_name` (``base``) for ``topology``'s symmetry: ``base`` deciding on
+    the GPUs relabelled by that symmetry on about half of the free masks, its answer mapped
+    back, with ``base``'s node choice and flags (so a lookahead policy still reads the queue);
+    False when the machine has no symmetry."""
     perm = symmetry(topology)
     if perm is None:
         return False
     inverse = [0] * len(perm)
     for i, p in enumerate(perm):
         inverse[p] = i
-    # the twin is best-effort: kube-scheduler's LeastAllocated chooses its node
-    DEFAULT_NODE_CHOICE[TWIN] = DEFAULT_NODE_CHOICE["nvidia-best-effort"]
-    if TWIN in policies():
+    name = twin_name(base)
+    # the twin chooses its node as its base does (best-effort: kube-scheduler's LeastAllocated)
+    DEFAULT_NODE_CHOICE[name] = node_choice_for(base)
+    if name in policies():
         return True
-    base = get_policy("nvidia-best-effort").fn
+    spec = get_policy(base)
+    fn = spec.fn
 
-    @register(TWIN, "best-effort deciding on relabelled GPUs on half of the free masks "
-              "(benchmarks/bench_streams.py: the noise floor)", free_set_only=True)
     def twin(topo: Topology, state: NodeState, request: Request, memo: Memo) -> Decision:
         mask = state.mask(topo)
         if request.fractional or not ((mask * 2654435761) >> 9) & 1:
-            return base(topo, state, request, memo)
+            return fn(topo, state, request, memo)
         free = state.free_gpus(topo)
         relabelled = NodeState.whole(perm[g] for g in range(topo.size) if g not in free)
-        d = base(topo, relabelled, request, memo)
-        return whole_decision(TWIN, topo, state, request, [inverse[g] for g in d.gpus],
+        d = fn(topo, relabelled, request, memo)
+        return whole_decision(name, topo, state, request, [inverse[g] for g in d.gpus],
                               MODEL_GPUTOPO, reason=d.reason)
 
+    twin.__qualname__ = f"twin[{base}]"
+    register(name, f"{base} deciding on relabelled GPUs on half of the free masks "
+             "(benchmarks/bench_streams.py: the noise floor)",
+             free_set_only=spec.free_set_only, lookahead=spec.lookahead)(twin)
     return True
 
 
@@ -155,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", default="gputopo,gputopo-unguarded",
                     help="gputopo's rules compared with best-effort (the first one also gets "
                          "the node-choice comparison)")
+    ap.add_argument("--no-twin-of-first", dest="twin_of_first", action="store_false",
+                    help="leave out the first rule's twin (it with its ties broken on "
+                         "relabelled GPUs, as best-effort's twin)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     seeds = parse_seeds(args.seeds)
@@ -163,6 +180,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     twin = register_twin(catalog.get(MACHINE))
     pols = ours + ([TWIN] if twin else [])
+    if twin and args.twin_of_first:  # the first rule's own noise floor: its ties relabelled
+        register_twin(catalog.get(MACHINE), ours[0])
+        pols.append(twin_name(ours[0]))
     streams = {}
     for nodes in (1, 8):
         doc = many_seeds(MACHINE, f"mapa:jobs={args.jobs}", pols, seeds, judges=judges,
@@ -176,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(json.dumps({
         "benchmark": "streams",
         "command": f"python -m benchmarks.bench_streams --seeds {args.seeds} --jobs {args.jobs} "
-                   f"--judges {args.judges} --policies {args.policies}",
+                   f"--judges {args.judges} --policies {args.policies}"
+                   + ("" if args.twin_of_first else " --no-twin-of-first"),
         "machine": MACHINE, "python": platform.python_version(), "cpus": os.cpu_count(),
         "wall_s": round(time.perf_counter() - t0, 1),
         "policies": ours, "streams": streams, "node_choice": choices,
