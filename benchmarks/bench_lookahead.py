@@ -7,10 +7,12 @@ clock (``time.thread_time``), which other processes' load does not inflate, on t
 twice: with no pod pending and with the stream's next N pods pending (what kube-scheduler's
 queue would hold), the cluster first filled to 70 % as ``bench_extender`` does; each pod is
 bound to the best-scored node and one running pod ends, so occupancy stays put. The first
-``--warmup`` pods are not timed (first-of-shape tables).
+``--warmup`` pods are not timed (first-of-shape tables). Each stream runs in a fresh process
+(a second stream in one process ran with the first one's heap and caches). ``--runs N``
+repeats it and records every run; odd runs time the stream with pending pods first.
 
-Run: ``.venv/bin/python -m benchmarks.bench_lookahead [--pods 300] [--pending 8]``; writes
-``benchmarks/results/lookahead-cpu.json``.
+Run: ``.venv/bin/python -m benchmarks.bench_lookahead [--pods 300] [--pending 8] [--runs 1]``;
+writes ``benchmarks/results/lookahead-cpu.json``.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import multiprocessing
 import os
 import platform
 import random
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -80,42 +84,63 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
             "pods_timed": len(cpu)}
 
 
+def isolated(name: str, nodes: int, pods: int, pending: int, warmup: int, seed: int,
+             policy: str) -> dict[str, Any]:
+    """:func:`stream` in a fresh process: a stream run second in one process inherits the
+    first one's heap (longer garbage collections) and warm caches, which moved the p99
+    ratio by up to 1.5x depending on which stream went first."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(stream, name, nodes, pods, pending, warmup, seed, policy).result()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pods", type=int, default=300)
     ap.add_argument("--pending", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--runs", type=int, default=1,
+                    help="repeat the whole measurement; every run is recorded (odd runs "
+                         "start with the stream with pending pods)")
+    ap.add_argument("--clusters", default="dgx1-v100:100,cubemesh16:1000",
+                    help="machine:nodes pairs")
     ap.add_argument("--policies", default="gputopo,gputopo-unguarded",
                     help="extender default policies; the first one with nothing pending is "
                          "the baseline every ratio_vs_first is taken against")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p.strip()]
+    clusters = [(c.split(":")[0], int(c.split(":")[1])) for c in args.clusters.split(",")
+                if c.strip()]
     rows = []
-    for name, nodes in (("dgx1-v100", 100), ("cubemesh16", 1000)):
-        first: dict[str, Any] | None = None
-        for policy in pols:
-            none = stream(name, nodes, args.pods, 0, args.warmup, args.seed, policy)
-            some = stream(name, nodes, args.pods, args.pending, args.warmup, args.seed, policy)
-            first = none if first is None else first
-            row = {"machine": name, "nodes": nodes, "policy": policy, "none": none,
-                   f"pending_{args.pending}": some,
-                   "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
-                   "ratio_p99": round(some["p99_ms"] / none["p99_ms"], 3),
-                   "ratio_p99_vs_first": round(some["p99_ms"] / first["p99_ms"], 3),
-                   "ratio_p50_vs_first": round(some["p50_ms"] / first["p50_ms"], 3)}
-            rows.append(row)
-            print(f"{name} x {nodes} {policy}: CPU ms per filter+prioritize, none p50 "
-                  f"{none['p50_ms']} p99 {none['p99_ms']}; {args.pending} pending p50 "
-                  f"{some['p50_ms']} p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} p99 "
-                  f"{row['ratio_p99']}; p99 vs {pols[0]} with none "
-                  f"{row['ratio_p99_vs_first']}", flush=True)
+    for run in range(args.runs):
+        for name, nodes in clusters:
+            first: dict[str, Any] | None = None
+            for policy in pols:
+                order = (args.pending, 0) if run % 2 else (0, args.pending)
+                got = {n: isolated(name, nodes, args.pods, n, args.warmup, args.seed, policy)
+                       for n in order}
+                none, some = got[0], got[args.pending]
+                first = none if first is None else first
+                row = {"run": run + 1, "machine": name, "nodes": nodes, "policy": policy,
+                       "first_timed": "pending" if run % 2 else "none", "none": none,
+                       f"pending_{args.pending}": some,
+                       "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
+                       "ratio_p99": round(some["p99_ms"] / none["p99_ms"], 3),
+                       "ratio_p99_vs_first": round(some["p99_ms"] / first["p99_ms"], 3),
+                       "ratio_p50_vs_first": round(some["p50_ms"] / first["p50_ms"], 3)}
+                rows.append(row)
+                print(f"run {run + 1} {name} x {nodes} {policy}: CPU ms per filter+prioritize, "
+                      f"none p50 {none['p50_ms']} p99 {none['p99_ms']}; {args.pending} pending "
+                      f"p50 {some['p50_ms']} p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} "
+                      f"p99 {row['ratio_p99']}; p99 vs {pols[0]} with none "
+                      f"{row['ratio_p99_vs_first']}", flush=True)
     args.out.write_text(json.dumps({
         "benchmark": "lookahead-cpu",
         "command": f"python -m benchmarks.bench_lookahead --pods {args.pods} --pending "
-                   f"{args.pending} --warmup {args.warmup} --seed {args.seed} "
-                   f"--policies {args.policies}",
+                   f"{args.pending} --warmup {args.warmup} --seed {args.seed} --runs "
+                   f"{args.runs} --clusters {args.clusters} --policies {args.policies}",
         "python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
