@@ -609,9 +609,11 @@ def plot(doc: Mapping[str, Any], path: Path) -> None:
         ax.set_xticks(list(x), [f"seed {s}" for s in seeds])
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
-    axes[0].legend()
-    fig.suptitle("8 DGX-1 V100 in 2 racks, real kube-scheduler: default stack vs gputopo")
-    fig.tight_layout()
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper right", ncol=2, frameon=False)
+    fig.suptitle("8 DGX-1 V100 in 2 racks, real kube-scheduler: default stack vs gputopo",
+                 x=0.02, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
