@@ -79,6 +79,9 @@ class NUMAAlignment:
         self.state = state
         self.memory_unit_mib = memory_unit_mib
         self._seen: dict[str, KubeletConfig | KubeletConfigError] = {}
+        #: bumped whenever the settings last seen for a node (``config`` from a Node object)
+        #: change: what a node sent by name only is aligned with may then differ
+        self.seen_version = 0
         self._labels = BoundedCache(1024)
         self._alignments = BoundedCache(_CACHE_SIZE)
         self._restricted = BoundedCache(_CACHE_SIZE)
@@ -100,9 +103,11 @@ class NUMAAlignment:
             labels = labels if isinstance(labels, Mapping) else {}
             parsed = self._parse(labels)
             if parsed is KUBELET_DEFAULTS:
-                self._seen.pop(name, None)
-            else:
+                if self._seen.pop(name, None) is not None:
+                    self.seen_version += 1
+            elif self._seen.get(name) is not parsed:
                 self._seen[name] = parsed
+                self.seen_version += 1
             return parsed
         found = self.state.node_kubelet_config(name)
         if self._seen and (found is KUBELET_DEFAULTS or (

@@ -23,6 +23,13 @@ How a call is answered (the hot path: filter and prioritize over hundreds of nod
 * with a time budget, misses go to the :class:`~scheduler_extender.workers.WorkerPool` (or are
   decided in this thread when the :class:`_CostModel` says they fit); whatever is not done by
   the deadline is *provisional*: it passes filter on capacity and scores 0.
+* prioritize of the pod filter just answered reuses filter's whole answer (every node's
+  decision, and a lookahead policy's split of the candidates by waiting jobs) when it asks the
+  same request on nodes filter decided and nothing a decision reads has changed since filter
+  read it: no node's view was dropped (the state's log, ``view_changes``: a bind, a pod
+  ending, a reservation, a node's topology or settings) and no Node object sent other
+  settings; otherwise, or when filter left provisional rows, prioritize decides again. One
+  scheduling cycle then decides each pod once, not twice.
 
 A pod that asks for ``gputopo.io/vgpu-memory`` counts it in the extender's unit
 (``memory_unit_mib``, MiB per device); a node whose device plugin publishes another unit
@@ -81,6 +88,9 @@ from topology.serialization import dumps
 log = logging.getLogger("gputopo.extender")
 
 _SPENT_SIZE = 10_000
+#: Filter answers kept for prioritize: kube-scheduler calls prioritize right after filter in
+#: its one scheduling cycle, so only the last few pods' answers are ever asked for.
+_ANSWERS_SIZE = 8
 _GROUP_CACHE_SIZE = 65_536
 #: Jobs of one call pushed at the call's priority (the rest keep their queue position).
 _PRIORITY_JOBS = 64
@@ -249,6 +259,35 @@ class _Call:
     misses: dict[object, NodeView] = field(default_factory=dict)
 
 
+#: A state stamp: the state's log cursor of dropped node views, then the versions of what the
+#: decider and the NUMA alignment last saw on Node objects (:meth:`Decider._stamp`).
+_Stamp = tuple[tuple[int, int], int, int]
+
+
+@dataclass
+class _Answer:
+    """A filter's whole answer, kept for the same pod's prioritize (:meth:`Decider._reused`).
+
+    Attributes:
+        stamp: the state before filter read it.
+        ask: ``(policy, request id, required node, demand)`` of the ask.
+        candidates: filter's candidates, rows and the call each row was decided in, aligned.
+    """
+
+    stamp: _Stamp
+    ask: tuple[object, ...]
+    candidates: Sequence[Candidate]
+    rows: list[NodeDecision]
+    calls: list[_Call]
+    at: dict[str, int] | None = None
+
+    def position(self) -> dict[str, int]:
+        """Node name -> its index in ``candidates`` (built on first use)."""
+        if self.at is None:
+            self.at = {c.name: i for i, c in enumerate(self.candidates)}
+        return self.at
+
+
 class Decider:
     """Decisions and scores for :class:`Ask` s over a :class:`ClusterState` (thread-safe).
 
@@ -279,6 +318,7 @@ class Decider:
         self.state = state
         self.memory_unit_mib = memory_unit_mib
         self._seen_unit: dict[str, str] = {}
+        self._seen_version = 0  # bumped when _seen_unit changes (see _stamp)
         self.metrics = metrics
         self.budget_s = budget_ms / 1000.0 if budget_ms else None
         if workers is None:
@@ -294,6 +334,8 @@ class Decider:
         # (pod uid, "parts") -> {node: waiting jobs} where prioritize weighed other waiting
         # jobs than the common list (a lookahead policy's unique homes), for bind
         self._asked = BoundedCache(_SPENT_SIZE)
+        # (pod uid,) -> filter's whole answer, for that pod's prioritize (_reused)
+        self._answers = BoundedCache(_ANSWERS_SIZE)
         # per grouping (by free mask or not): the waiting jobs' homes index, the node names
         # it was built on, the node views it has seen, their topology classes and where the
         # state's log of changed views was read last
@@ -325,6 +367,7 @@ class Decider:
         self._prechecks.clear()
         self._scores.clear()
         self._asked.clear()
+        self._answers.clear()
         self._homes.clear()
 
     # ------------------------------------------------------------------ the entry point
@@ -359,12 +402,23 @@ class Decider:
         learn = verb == "filter"
         call = _Call(ask, self._requests(ask.request.key()), deadline, learn=learn)
         calls = [call] * len(candidates)
-        if ask.required_node is not None:
+        # filter's whole answer serves the same pod's prioritize while nothing it read changed
+        stamp = self._stamp() if ask.pod_uid and verb != "preempt" else None
+        reused = (self._reused(ask, call.rid, candidates)
+                  if verb == "prioritize" and stamp is not None else None)
+        if reused is not None:
+            rows, calls = reused
+        elif ask.required_node is not None:
             rows = self._pinned(call, candidates, ask.required_node)
         elif ask.request.upcoming and get_policy(ask.policy).lookahead:
             rows, calls = self._waiting(ask, candidates, deadline, learn)
         else:
             rows = self._grouped(call, candidates)
+        if verb == "filter" and stamp is not None and (
+                self.budget_s is None or not any(r.outcome.provisional for r in rows)):
+            # provisional rows are not kept: prioritize may still have the time to decide them
+            self._answers.put((ask.pod_uid,), _Answer(
+                stamp, _ask_key(ask, call.rid), tuple(candidates), rows, calls))
         if verb == "filter" and ask.pod_uid and self.budget_s is not None:
             self._spent.put((ask.pod_uid,), time.monotonic() - start)
         if not scored:
@@ -382,6 +436,51 @@ class Decider:
                 s = scores[(group, c.rid)] = self._score(c, row.view, row.outcome, scale)
             out.append(_with_score(row, s))
         return out
+
+    def _stamp(self) -> _Stamp | None:
+        """Where the state is now, for :meth:`_unchanged` later (None: the backend keeps no
+        log of dropped node views, so no answer can be reused)."""
+        changes_of = getattr(self.state, "view_changes", None)
+        if not callable(changes_of):
+            return None
+        _, cursor = changes_of(None)
+        return cursor, self._seen_version, self.alignment.seen_version
+
+    def _unchanged(self, stamp: _Stamp) -> bool:
+        """Nothing a decision reads changed since ``stamp``: no node's view was dropped (its
+        allocations, reservations, health, topology or settings, a node added or removed:
+        :class:`~scheduler_extender.state.ViewCache`) and no Node object sent another
+        memory unit or kubelet setting than seen before."""
+        cursor, seen, aligned = stamp
+        if seen != self._seen_version or aligned != self.alignment.seen_version:
+            return False
+        changes_of = getattr(self.state, "view_changes", None)
+        changed = changes_of(cursor)[0] if callable(changes_of) else None
+        return changed is not None and not changed
+
+    def _reused(
+        self, ask: Ask, rid: int, candidates: Sequence[Candidate],
+    ) -> tuple[list[NodeDecision], list[_Call]] | None:
+        """The rows of the same pod's last filter for ``candidates`` (kube-scheduler's
+        prioritize gets the nodes that passed it), or None when they cannot stand: no filter
+        kept for the pod, another request (the queue moved: other waiting jobs), a candidate
+        filter did not decide or sent differently, or the state changed since filter read
+        it. The lookahead's homes, the split of the candidates and every decision are then
+        made once per scheduling cycle, not twice."""
+        hit: _Answer | None = self._answers.get((ask.pod_uid,))
+        if hit is None or hit.ask != _ask_key(ask, rid) or not self._unchanged(hit.stamp):
+            return None
+        at = hit.position()
+        old = hit.candidates
+        rows: list[NodeDecision] = []
+        calls: list[_Call] = []
+        for c in candidates:
+            i = at.get(c.name)
+            if i is None or (old[i] is not c and old[i] != c):
+                return None
+            rows.append(hit.rows[i])
+            calls.append(hit.calls[i])
+        return rows, calls
 
     def _waiting(
         self, ask: Ask, candidates: Sequence[Candidate], deadline: float | None, learn: bool,
@@ -525,9 +624,11 @@ class Decider:
             ann = meta.get("annotations") if isinstance(meta, Mapping) else None
             value = ann.get(ANN_VGPU_MEMORY_UNIT) if isinstance(ann, Mapping) else None
             if isinstance(value, str):
+                if self._seen_unit.get(name) != value:
+                    self._seen_version += 1
                 published = self._seen_unit[name] = value
-            else:
-                self._seen_unit.pop(name, None)
+            elif self._seen_unit.pop(name, None) is not None:
+                self._seen_version += 1
         else:
             published = self.state.node_memory_unit(name) or self._seen_unit.get(name)
         return memory_unit_refusal(published, self.memory_unit_mib)
@@ -893,6 +994,11 @@ class Decider:
                              evaluator=self.evaluator, scale=scale)
             self._scores.put(key, hit)
         return hit.score
+
+
+def _ask_key(ask: Ask, rid: int) -> tuple[object, ...]:
+    """What of an :class:`Ask` a decision reads (``rid``: its request's id)."""
+    return (ask.policy, rid, ask.required_node, ask.demand)
 
 
 def _key(view: NodeView, name: str) -> object:

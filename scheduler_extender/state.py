@@ -750,12 +750,14 @@ class MemoryState(BookedViews):
             self._views.pop(name, None)
 
     def set_kubelet_config(self, name: str, kubelet: KubeletConfig | None) -> None:
-        """Set (None: reset to the defaults) the kubelet settings a node publishes."""
+        """Set (None: reset to the defaults) the kubelet settings a node publishes (its view
+        is dropped, as for every change of what a decision on the node reads)."""
         with self._lock:
             if kubelet is None:
                 self._kubelet.pop(name, None)
             else:
                 self._kubelet[name] = kubelet
+            self._views.pop(name, None)
 
     def node_names(self) -> list[str]:
         """Node names, sorted."""
