@@ -250,7 +250,8 @@ class _CostModel:
 
 @dataclass
 class _Call:
-    """One :meth:`Decider.decide` call's fixed inputs."""
+    """One :meth:`Decider.decide` call's fixed inputs (``rid``: the request's id in the
+    decider's caches; -1 for a lookahead ask's whole queue, whose parts have their own)."""
 
     ask: Ask
     rid: int
@@ -270,12 +271,12 @@ class _Answer:
 
     Attributes:
         stamp: the state before filter read it.
-        ask: ``(policy, request id, required node, demand)`` of the ask.
+        ask: what filter decided (request with its waiting jobs, policy, pinned node, demand).
         candidates: filter's candidates, rows and the call each row was decided in, aligned.
     """
 
     stamp: _Stamp
-    ask: tuple[object, ...]
+    ask: Ask
     candidates: Sequence[Candidate]
     rows: list[NodeDecision]
     calls: list[_Call]
@@ -400,25 +401,30 @@ class Decider:
                 spent = self._spent.get((ask.pod_uid,)) or 0.0
                 deadline = start + max(self.budget_s - spent, _MIN_SLICE_S)
         learn = verb == "filter"
-        call = _Call(ask, self._requests(ask.request.key()), deadline, learn=learn)
+        # a lookahead policy decides each part of the candidates with its own request (its
+        # waiting jobs): the whole queue's request, new for every pod, is never interned
+        waits = (ask.required_node is None and bool(ask.request.upcoming)
+                 and get_policy(ask.policy).lookahead)
+        call = _Call(ask, -1 if waits else self._requests(ask.request.key()), deadline,
+                     learn=learn)
         calls = [call] * len(candidates)
         # filter's whole answer serves the same pod's prioritize while nothing it read changed
         stamp = self._stamp() if ask.pod_uid and verb != "preempt" else None
-        reused = (self._reused(ask, call.rid, candidates)
+        reused = (self._reused(ask, candidates)
                   if verb == "prioritize" and stamp is not None else None)
         if reused is not None:
             rows, calls = reused
         elif ask.required_node is not None:
             rows = self._pinned(call, candidates, ask.required_node)
-        elif ask.request.upcoming and get_policy(ask.policy).lookahead:
+        elif waits:
             rows, calls = self._waiting(ask, candidates, deadline, learn)
         else:
             rows = self._grouped(call, candidates)
         if verb == "filter" and stamp is not None and (
                 self.budget_s is None or not any(r.outcome.provisional for r in rows)):
             # provisional rows are not kept: prioritize may still have the time to decide them
-            self._answers.put((ask.pod_uid,), _Answer(
-                stamp, _ask_key(ask, call.rid), tuple(candidates), rows, calls))
+            self._answers.put((ask.pod_uid,), _Answer(stamp, ask, tuple(candidates), rows,
+                                                      calls))
         if verb == "filter" and ask.pod_uid and self.budget_s is not None:
             self._spent.put((ask.pod_uid,), time.monotonic() - start)
         if not scored:
@@ -459,7 +465,7 @@ class Decider:
         return changed is not None and not changed
 
     def _reused(
-        self, ask: Ask, rid: int, candidates: Sequence[Candidate],
+        self, ask: Ask, candidates: Sequence[Candidate],
     ) -> tuple[list[NodeDecision], list[_Call]] | None:
         """The rows of the same pod's last filter for ``candidates`` (kube-scheduler's
         prioritize gets the nodes that passed it), or None when they cannot stand: no filter
@@ -468,7 +474,7 @@ class Decider:
         it. The lookahead's homes, the split of the candidates and every decision are then
         made once per scheduling cycle, not twice."""
         hit: _Answer | None = self._answers.get((ask.pod_uid,))
-        if hit is None or hit.ask != _ask_key(ask, rid) or not self._unchanged(hit.stamp):
+        if hit is None or hit.ask != ask or not self._unchanged(hit.stamp):
             return None
         at = hit.position()
         old = hit.candidates
@@ -994,11 +1000,6 @@ class Decider:
                              evaluator=self.evaluator, scale=scale)
             self._scores.put(key, hit)
         return hit.score
-
-
-def _ask_key(ask: Ask, rid: int) -> tuple[object, ...]:
-    """What of an :class:`Ask` a decision reads (``rid``: its request's id)."""
-    return (ask.policy, rid, ask.required_node, ask.demand)
 
 
 def _key(view: NodeView, name: str) -> object:
