@@ -11,13 +11,24 @@ bound to the best-scored node and one running pod ends, so occupancy stays put. 
 (a second stream in one process ran with the first one's heap and caches). ``--runs N``
 repeats it and records every run; odd runs time the stream with pending pods first.
 
-Run: ``.venv/bin/python -m benchmarks.bench_lookahead [--pods 300] [--pending 8] [--runs 1]``;
-writes ``benchmarks/results/lookahead-cpu.json``.
+The interpreter is set up as the served extender's (``--interpreter extender``, the default
+since session 5): after the fill, :func:`scheduler_extender.app.tune_interpreter` — what
+``gputopo extender`` calls before serving and ``bench_extender``'s server after its fill
+(garbage collector frozen at start-up, young generation collected every 50 000 net
+allocations, not 700). ``--interpreter python`` keeps CPython's defaults, as every run
+before session 5 did: there the collector's generation-1 passes (~3 ms) land on ~1 % of
+pods, so they set the p99 of a stream that allocates more. Each stream also reports the
+collector's CPU time inside the timed calls (``gc_ms``, from ``gc.callbacks``) and the
+machine's load average when it ended.
+
+Run: ``.venv/bin/python -m benchmarks.bench_lookahead [--pods 300] [--pending 8] [--runs 1]
+[--interpreter extender|python]``; writes ``benchmarks/results/lookahead-cpu.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import logging
 import multiprocessing
@@ -36,10 +47,11 @@ OUT = Path(__file__).parent / "results" / "lookahead-cpu.json"
 
 
 def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
-           seed: int, policy: str = "gputopo") -> dict[str, Any]:
+           seed: int, policy: str = "gputopo", interpreter: str = "extender") -> dict[str, Any]:
     """CPU ms of each pod's filter + prioritize over ``pods`` pods with ``pending`` pending,
-    the extender's default policy ``policy``."""
-    from scheduler_extender.app import create_app
+    the extender's default policy ``policy``; ``interpreter``: ``extender`` (set up as the
+    served extender's) or ``python`` (CPython's defaults)."""
+    from scheduler_extender.app import create_app, tune_interpreter
     from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
     from scheduler_extender.settings import ExtenderSettings
     from scheduler_extender.state import MemoryState
@@ -48,9 +60,21 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
     topo = machine(name)
     names = [f"n-{i:04d}" for i in range(nodes)]
     state = MemoryState(dict.fromkeys(names, topo))
-    ext = create_app(ExtenderSettings(state="memory", policy=policy),
-                     state).state.runtime.extender
+    settings = ExtenderSettings(state="memory", policy=policy)
+    ext = create_app(settings, state).state.runtime.extender
     running = _fill(ext, state, random.Random(seed))
+    if interpreter == "extender":
+        tune_interpreter(settings.gil_switch_interval_ms / 1000)
+    collecting = [0.0, 0.0]  # thread CPU seconds spent collecting, start of the current pass
+
+    def collector(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collecting[1] = time.thread_time()
+        else:
+            collecting[0] += time.thread_time() - collecting[1]
+
+    gc.callbacks.append(collector)
+    gc_ms = 0.0
     rng = random.Random(seed + 1)
     future = random.Random(seed + 2)
     queue = [pod(future, 10_000_000 + i) for i in range(pods + pending)]
@@ -63,6 +87,7 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
             q["metadata"]["creationTimestamp"] = f"2024-01-01T00:00:{j:02d}Z"
             state.pending.observe(q)
         args = ExtenderArgs.model_validate({"Pod": p, "NodeNames": names})
+        collected = collecting[0]
         t = time.thread_time()
         feasible = ext.filter(args)["NodeNames"] or []
         scores = ext.prioritize(ExtenderArgs.model_validate(
@@ -70,6 +95,7 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
         took = (time.thread_time() - t) * 1e3
         if i >= warmup:
             cpu.append(took)
+            gc_ms += (collecting[0] - collected) * 1e3
         if scores:
             best = min(scores, key=lambda h: (-h["Score"], h["Host"]))["Host"]
             res = ext.bind(ExtenderBindingArgs(PodName=p["metadata"]["name"],
@@ -79,19 +105,22 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
                 running.append(p["metadata"]["name"])
         if running:
             state.delete_pod("bench", running.pop(rng.randrange(len(running))))
+    gc.callbacks.remove(collector)
     return {"p50_ms": round(pct(cpu, 50), 3), "p90_ms": round(pct(cpu, 90), 3),
             "p99_ms": round(pct(cpu, 99), 3), "mean_ms": round(sum(cpu) / len(cpu), 3),
-            "pods_timed": len(cpu)}
+            "pods_timed": len(cpu), "gc_ms": round(gc_ms, 1),
+            "load_at_end": [round(x, 2) for x in os.getloadavg()]}
 
 
 def isolated(name: str, nodes: int, pods: int, pending: int, warmup: int, seed: int,
-             policy: str) -> dict[str, Any]:
+             policy: str, interpreter: str = "extender") -> dict[str, Any]:
     """:func:`stream` in a fresh process: a stream run second in one process inherits the
     first one's heap (longer garbage collections) and warm caches, which moved the p99
     ratio by up to 1.5x depending on which stream went first."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(stream, name, nodes, pods, pending, warmup, seed, policy).result()
+        return pool.submit(stream, name, nodes, pods, pending, warmup, seed, policy,
+                           interpreter).result()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -108,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", default="gputopo,gputopo-unguarded",
                     help="extender default policies; the first one with nothing pending is "
                          "the baseline every ratio_vs_first is taken against")
+    ap.add_argument("--interpreter", choices=("extender", "python"), default="extender",
+                    help="extender: garbage collector and GIL set up as the served extender's "
+                         "(tune_interpreter); python: CPython's defaults (runs before session 5)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p.strip()]
@@ -119,11 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             first: dict[str, Any] | None = None
             for policy in pols:
                 order = (args.pending, 0) if run % 2 else (0, args.pending)
-                got = {n: isolated(name, nodes, args.pods, n, args.warmup, args.seed, policy)
+                got = {n: isolated(name, nodes, args.pods, n, args.warmup, args.seed, policy,
+                                   args.interpreter)
                        for n in order}
                 none, some = got[0], got[args.pending]
                 first = none if first is None else first
                 row = {"run": run + 1, "machine": name, "nodes": nodes, "policy": policy,
+                       "interpreter": args.interpreter,
                        "first_timed": "pending" if run % 2 else "none", "none": none,
                        f"pending_{args.pending}": some,
                        "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
@@ -135,12 +169,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"none p50 {none['p50_ms']} p99 {none['p99_ms']}; {args.pending} pending "
                       f"p50 {some['p50_ms']} p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} "
                       f"p99 {row['ratio_p99']}; p99 vs {pols[0]} with none "
-                      f"{row['ratio_p99_vs_first']}", flush=True)
+                      f"{row['ratio_p99_vs_first']}; GC ms {none['gc_ms']} / {some['gc_ms']}; "
+                      f"load {some['load_at_end'][0]}", flush=True)
     args.out.write_text(json.dumps({
         "benchmark": "lookahead-cpu",
         "command": f"python -m benchmarks.bench_lookahead --pods {args.pods} --pending "
                    f"{args.pending} --warmup {args.warmup} --seed {args.seed} --runs "
-                   f"{args.runs} --clusters {args.clusters} --policies {args.policies}",
+                   f"{args.runs} --clusters {args.clusters} --policies {args.policies} "
+                   f"--interpreter {args.interpreter}",
         "python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
