@@ -31,6 +31,11 @@ class BoundedCache:
             if len(self._d) > self.size:
                 self._d.popitem(last=False)
 
+    def pop(self, key: Hashable) -> Any:
+        """Remove and return the value under ``key`` (None when absent)."""
+        with self._lock:
+            return self._d.pop(key, None)
+
     def clear(self) -> None:
         """Forget everything."""
         with self._lock:

@@ -88,9 +88,10 @@ from topology.serialization import dumps
 log = logging.getLogger("gputopo.extender")
 
 _SPENT_SIZE = 10_000
-#: Filter answers kept for prioritize: kube-scheduler calls prioritize right after filter in
-#: its one scheduling cycle, so only the last few pods' answers are ever asked for.
-_ANSWERS_SIZE = 8
+#: Filter answers kept for prioritize (each taken by it): kube-scheduler calls prioritize right
+#: after filter in its one scheduling cycle, and not at all when one node passed, so only the
+#: last few pods' answers are ever asked for.
+_ANSWERS_SIZE = 4
 _GROUP_CACHE_SIZE = 65_536
 #: Jobs of one call pushed at the call's priority (the rest keep their queue position).
 _PRIORITY_JOBS = 64
@@ -269,16 +270,24 @@ _Stamp = tuple[tuple[int, int], int, int]
 class _Answer:
     """A filter's whole answer, kept for the same pod's prioritize (:meth:`Decider._reused`).
 
+    Its rows are kept as two lists, not as filter's ``NodeDecision`` tuples: an answer lives
+    from filter to prioritize, long enough for the garbage collector to move what it holds to
+    an older generation, and a thousand tuples per pod promoted there made CPython's default
+    collector run its full collections three times as often (``bench_lookahead --interpreter
+    python``, 1 000-node cube mesh); two lists are two objects.
+
     Attributes:
         stamp: the state before filter read it.
         ask: what filter decided (request with its waiting jobs, policy, pinned node, demand).
-        candidates: filter's candidates, rows and the call each row was decided in, aligned.
+        candidates: filter's candidates; ``views``, ``outcomes`` and ``calls`` (the call each
+            row was decided in) aligned with them.
     """
 
     stamp: _Stamp
     ask: Ask
     candidates: Sequence[Candidate]
-    rows: list[NodeDecision]
+    views: list[NodeView]
+    outcomes: list[Outcome]
     calls: list[_Call]
     at: dict[str, int] | None = None
 
@@ -423,8 +432,9 @@ class Decider:
         if verb == "filter" and stamp is not None and (
                 self.budget_s is None or not any(r.outcome.provisional for r in rows)):
             # provisional rows are not kept: prioritize may still have the time to decide them
-            self._answers.put((ask.pod_uid,), _Answer(stamp, ask, tuple(candidates), rows,
-                                                      calls))
+            self._answers.put((ask.pod_uid,), _Answer(
+                stamp, ask, tuple(candidates), [r.view for r in rows],
+                [r.outcome for r in rows], calls))
         if verb == "filter" and ask.pod_uid and self.budget_s is not None:
             self._spent.put((ask.pod_uid,), time.monotonic() - start)
         if not scored:
@@ -473,19 +483,19 @@ class Decider:
         filter did not decide or sent differently, or the state changed since filter read
         it. The lookahead's homes, the split of the candidates and every decision are then
         made once per scheduling cycle, not twice."""
-        hit: _Answer | None = self._answers.get((ask.pod_uid,))
+        hit: _Answer | None = self._answers.pop((ask.pod_uid,))
         if hit is None or hit.ask != ask or not self._unchanged(hit.stamp):
             return None
         at = hit.position()
-        old = hit.candidates
+        old, views, outcomes, was = hit.candidates, hit.views, hit.outcomes, hit.calls
         rows: list[NodeDecision] = []
         calls: list[_Call] = []
         for c in candidates:
             i = at.get(c.name)
             if i is None or (old[i] is not c and old[i] != c):
                 return None
-            rows.append(hit.rows[i])
-            calls.append(hit.calls[i])
+            rows.append(NodeDecision(c.name, c.node, views[i], outcomes[i]))
+            calls.append(was[i])
         return rows, calls
 
     def _waiting(
