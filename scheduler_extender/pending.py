@@ -9,6 +9,13 @@ queue pops them (``PrioritySort``: higher ``spec.priority`` first, then the olde
 (:class:`~topology.policies.base.Upcoming`, in ``Request.upcoming``): the policy stays a pure
 function. Shares and co-location slots are not listed (the lookahead weighs whole GPUs).
 
+**Bounded postponement.** The view also remembers when it first saw each pod pending: for a
+bandwidth-sensitive multi-GPU pod seen pending for less than :attr:`PendingPods.postpone_max_s`
+(the extender's ``postpone_max_s``), :func:`with_lookahead` sets ``Request.wait_for_better``,
+and the default policy may then refuse a busy node whose every free set is poor (filter
+reports ``postponed: ...``; kube-scheduler retries the pod when pods end). After that time, or
+for a pod the view does not know, the flag stays off: no pod waits without a bound.
+
 Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
 insensitive pod's pattern is dropped, so two queues that differ only there share cached
 decisions.
@@ -17,12 +24,14 @@ decisions.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from scheduler_extender.podspec import PodSpecError, request_from_pod
 from topology.policies.base import MAX_UPCOMING, Request, Upcoming
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.registry import get_policy
 
 #: ``spec.schedulerName`` of the chart's scheduler profile (``scheduler.schedulerName``).
@@ -44,10 +53,18 @@ class PendingPods:
 
     Args:
         scheduler_name: the ``spec.schedulerName`` whose pods are kept.
+        postpone_max_s: how long (s, from when the view first saw it pending) a pod may be
+            postponed for a better set (module docstring); 0 = never.
+        clock: monotonic clock (s), for tests.
     """
 
-    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME) -> None:
+    def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME, *,
+                 postpone_max_s: float = POSTPONE_MAX_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.scheduler_name = scheduler_name
+        self.postpone_max_s = postpone_max_s
+        self._clock = clock
+        self._first_seen: dict[str, float] = {}
         self._pods: dict[str, tuple[tuple[int, str, str], Upcoming]] = {}
         self._order: list[tuple[tuple[int, str, str], str]] | None = []
         self._lock = threading.Lock()
@@ -61,11 +78,13 @@ class PendingPods:
         (strings of one format sort by time)."""
         with self._lock:
             self._pods[uid] = ((-priority, created, name), upcoming)
+            self._first_seen.setdefault(uid, self._clock())
             self._order = None
 
     def discard(self, uid: str) -> None:
         """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
         with self._lock:
+            self._first_seen.pop(uid, None)
             if self._pods.pop(uid, None) is not None:
                 self._order = None
 
@@ -73,7 +92,15 @@ class PendingPods:
         """Forget every pod (a relist)."""
         with self._lock:
             self._pods.clear()
+            self._first_seen.clear()
             self._order = []
+
+    def may_wait(self, uid: str) -> bool:
+        """Pod ``uid`` is pending here and was first seen pending less than
+        :attr:`postpone_max_s` ago (module docstring, "Bounded postponement")."""
+        with self._lock:
+            first = self._first_seen.get(uid)
+            return first is not None and self._clock() - first < self.postpone_max_s
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Apply one pod as the watch sees it: keep it when it is this scheduler's, asks for
@@ -125,13 +152,18 @@ class PendingPods:
 def with_lookahead(request: Request, policy: str, pending: PendingPods | None, uid: str,
                    limit: int) -> Request:
     """``request`` with the pending pods as ``Request.upcoming`` when ``policy`` reads them
-    (``PolicySpec.lookahead``) and the request is for whole GPUs; else ``request`` itself.
+    (``PolicySpec.lookahead``) and the request is for whole GPUs, and with
+    ``Request.wait_for_better`` for a bandwidth-sensitive multi-GPU pod the view lets wait
+    (:meth:`PendingPods.may_wait`); else ``request`` itself.
 
     Raises:
         UnknownPolicy: ``policy`` is not registered.
     """
-    if (pending is None or limit <= 0 or request.fractional or request.shared is not None
+    if (pending is None or request.fractional or request.shared is not None
             or not get_policy(policy).lookahead):
         return request
-    waiting = pending.upcoming(exclude=uid, limit=min(limit, MAX_UPCOMING))
-    return replace(request, upcoming=waiting) if waiting != request.upcoming else request
+    waiting = pending.upcoming(exclude=uid, limit=min(limit, MAX_UPCOMING)) if limit > 0 else ()
+    wait = request.count > 1 and request.sensitive and pending.may_wait(uid)
+    if waiting == request.upcoming and wait == request.wait_for_better:
+        return request
+    return replace(request, upcoming=waiting, wait_for_better=wait)

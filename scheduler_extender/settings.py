@@ -28,6 +28,7 @@ from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME
 from scheduler_extender.state import NodesSpecError, parse_nodes_spec
 from topology.contract import DEFAULT_VGPU_MEMORY_UNIT_MIB
 from topology.policies.base import MAX_UPCOMING
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.registry import DEFAULT_POLICY, UnknownPolicy, get_policy
 from topology.settings_file import (
     FileBackedSettings,
@@ -106,6 +107,9 @@ class ExtenderSettings(FileBackedSettings):
             ``spec.schedulerName``): its pending GPU pods are the lookahead's waiting jobs.
         lookahead_pods: how many pending pods a lookahead policy (``gputopo``) weighs per
             decision (0 = none; at most 8, ``topology.policies.base.MAX_UPCOMING``).
+        postpone_max_s: how long a bandwidth-sensitive multi-GPU pod may be postponed for a
+            better set (s, from when the extender first saw it pending; 0 = never): the
+            default policy's bounded postponement (``scheduler_extender.pending``).
     """
 
     model_config = SettingsConfigDict(
@@ -136,6 +140,7 @@ class ExtenderSettings(FileBackedSettings):
     measured_profiles: Path | None = None
     scheduler_name: str = Field(default=DEFAULT_SCHEDULER_NAME, min_length=1)
     lookahead_pods: int = Field(default=MAX_UPCOMING, ge=0, le=MAX_UPCOMING)
+    postpone_max_s: float = Field(default=POSTPONE_MAX_S, ge=0, le=7 * 24 * 3600)
 
     @field_validator("log_level", "state", "auth", mode="before")
     @classmethod

@@ -11,6 +11,13 @@ hold but every such node's policy rejects — TOPO-AWARE-P's "utility below mini
 *postponed*: it keeps its place and the pass moves on to later jobs (Amaral Algorithm 1,
 "out-of-order execution"); it is retried at the next event.
 
+**Bounded postponement** (the default policy's, :data:`topology.policies.default.POSTPONE_BELOW`).
+A bandwidth-sensitive multi-GPU job's request carries ``wait_for_better`` (as the extender's
+does for a pod it has seen pending for less than ``postpone_max_s``): the default policy may
+then refuse a busy node whose every free set is poor. ``postpone_max_s`` after its first
+postponement the flag is cleared and the job takes what the rule gives it; ``0`` turns the
+postponement off.
+
 **Placement** — exactly what the extender does for a pod: for every node, the policy is run
 through :meth:`topology.policies.evaluate.Evaluator.place` (the same cached entry point; each
 run owns its evaluator), and one of the
@@ -75,6 +82,7 @@ from topology.policies.base import (
     Upcoming,
 )
 from topology.policies.common import MODEL_MAPA
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
 from topology.policies.registry import UnknownPolicy, get_policy
@@ -231,7 +239,8 @@ class Simulation:
                  queue: str = "fifo", node_choice: str | None = None,
                  judge: str = rt.JUDGES[0], group_nodes: bool = True,
                  memo: Memo | None = None, slots: int = DEFAULT_SLOTS,
-                 threshold: float = DEFAULT_THRESHOLD) -> None:
+                 threshold: float = DEFAULT_THRESHOLD,
+                 postpone_max_s: float = POSTPONE_MAX_S) -> None:
         try:
             get_policy(policy)
         except UnknownPolicy as exc:
@@ -253,8 +262,11 @@ class Simulation:
             raise SimulationError("--slots must be at least 1")
         if not threshold > 0:
             raise SimulationError("--threshold must be positive")
+        if postpone_max_s < 0:
+            raise SimulationError("--postpone-max-s must not be negative")
         self.slots = slots
         self.threshold = threshold
+        self.postpone_max_s = postpone_max_s
         self.topology = topology
         self.n_nodes = nodes
         self.workload = workload
@@ -285,6 +297,8 @@ class Simulation:
                     f"job {job.id} asks for {job.gpus} GPUs; a {self.topology.name} node has "
                     f"{self.size}")
             req = job.request(self.threshold)
+            if self.postpone_max_s > 0 and not job.shared and job.gpus > 1 and req.sensitive:
+                req = replace(req, wait_for_better=True)
             key = req.key()
             self.requests[job.id] = req
             self.request_keys[job.id] = key
@@ -496,6 +510,7 @@ class Simulation:
             seq += 1
         queue: list[Job] = []
         self._queue = queue
+        first_postponed: dict[JobId, float] = {}  # job -> when a policy first postponed it
         running: dict[JobId, _Running] = {}
         timeline: list[Sample] = []
         busy = 0
@@ -666,8 +681,13 @@ class Simulation:
                         break
                     i += 1
                     continue
-                key = self.request_keys[job.id]
                 rec = records[job.id]
+                first = first_postponed.get(job.id)
+                if first is not None and now - first >= self.postpone_max_s - 1e-9 and \
+                        self.requests[job.id].wait_for_better:
+                    req = replace(self.requests[job.id], wait_for_better=False)
+                    self.requests[job.id], self.request_keys[job.id] = req, req.key()
+                key = self.request_keys[job.id]
                 if key in rejected:
                     rec.postponements += 1
                     i += 1
@@ -677,6 +697,8 @@ class Simulation:
                 if found is None:
                     rejected.add(key)
                     rec.postponements += 1
+                    if self.requests[job.id].wait_for_better:
+                        first_postponed.setdefault(job.id, now)
                     i += 1
                     continue
                 node, decision, ms = found

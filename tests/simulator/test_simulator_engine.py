@@ -165,3 +165,50 @@ def test_bad_inputs_are_one_line_errors() -> None:
         Simulation(topo, 1, Workload("w", (_job(0, 0, 1),)), "baseline", judge="x")
     with pytest.raises(SimulationError, match="unknown job profile"):
         Simulation(topo, 1, Workload("w", (_job(0, 0, 1, profile="lenet"),)), "topo-aware")
+
+
+def _waits(topology, state, request, memo):  # type: ignore[no-untyped-def]
+    """A policy that postpones whatever may wait on a busy node (the bound's mechanics)."""
+    from topology.policies.base import NoFit
+    from topology.policies.registry import get_policy
+
+    if request.wait_for_better and any(not u.idle for u in state.usage.values()):
+        raise NoFit("postponed: test")
+    return get_policy("baseline").fn(topology, state, request, memo)
+
+
+def test_postponement_is_bounded_by_postpone_max_s() -> None:
+    from topology.policies.registry import policies, register
+
+    if "test-waits" not in policies():
+        register("test-waits", "postpones on busy nodes (tests)", free_set_only=True)(_waits)
+    topo = catalog.get("dgx1-v100")
+    # job 0 holds a GPU until t = 5000; job 1 (2 GPUs, sensitive) may wait; job 2's arrival
+    # at t = 200 is the next event
+    jobs = (_job(0, 0, 1, run=5000.0), _job(1, 0, 2, run=10.0), _job(2, 200, 1, run=10.0))
+    wl = Workload("w", jobs)
+    long = {r.job.id: r for r in Simulation(topo, 1, wl, "test-waits").run().records}
+    assert long[1].postponements > 0 and long[1].start_s == pytest.approx(5000.0)
+    short = {r.job.id: r for r in Simulation(topo, 1, wl, "test-waits", postpone_max_s=100)
+             .run().records}
+    assert short[1].start_s == pytest.approx(200.0)  # the bound passed: placed as it is
+    never = {r.job.id: r for r in Simulation(topo, 1, wl, "test-waits", postpone_max_s=0)
+             .run().records}
+    assert never[1].postponements == 0 and never[1].start_s == pytest.approx(0.0)
+    with pytest.raises(SimulationError, match="postpone-max-s"):
+        Simulation(topo, 1, wl, "test-waits", postpone_max_s=-1)
+
+
+def test_gputopo_postpones_eq2_pits_in_a_stream() -> None:
+    """On MAPA's stream the default policy postpones some job (it would otherwise land in an
+    EffBW pit); with the postponement off it postpones none."""
+    topo = catalog.get("dgx1-v100")
+    wl = load_workload("mapa:jobs=150", seed=16)
+    on = Simulation(topo, 1, wl, "gputopo", judge="eq2").run()
+    off = Simulation(topo, 1, wl, "gputopo", judge="eq2", postpone_max_s=0).run()
+    assert sum(r.postponements > 0 for r in on.records) > 0
+    assert sum(r.postponements > 0 for r in off.records) == 0
+    worst_on = min(r.effbw_gbps / r.ideal_gbps for r in on.records if r.measured and r.ideal_gbps)
+    worst_off = min(r.effbw_gbps / r.ideal_gbps for r in off.records
+                    if r.measured and r.ideal_gbps)
+    assert worst_on >= 0.4 > worst_off

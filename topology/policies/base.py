@@ -369,6 +369,11 @@ class Request:
             the default policy's lookahead (:mod:`topology.policies.robust`), which the
             caller (the extender's pending-pod view, the simulator's queue) fills in; other
             policies ignore it.
+        wait_for_better: the job may be postponed for a better set (the default policy's
+            bounded postponement, :data:`topology.policies.default.POSTPONE_BELOW`): set only
+            by a caller that retries the job and bounds its wait — the extender for a pod it
+            has seen pending for less than ``postpone_max_s``, the simulator likewise. False
+            (a one-shot decision: the CLI, the per-decision benchmarks) never postpones.
     """
 
     count: int = 1
@@ -380,6 +385,7 @@ class Request:
     profile: str | None = None
     shared: SharedRequest | None = None
     upcoming: tuple[Upcoming, ...] = ()
+    wait_for_better: bool = False
 
     def __post_init__(self) -> None:
         if len(self.upcoming) > MAX_UPCOMING:
@@ -449,6 +455,7 @@ class Request:
             self.min_utility, self.profile,
             self.shared.key() if self.shared is not None else None,
             tuple(u.key() for u in self.upcoming),
+            *(("wait-for-better",) if self.wait_for_better else ()),
         )  # fmt: skip
 
 

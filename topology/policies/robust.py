@@ -92,7 +92,7 @@ from topology.policies.bandwidth import (
     GPUTOPO_SCALE,
     effbw_mapa,
 )
-from topology.policies.base import Upcoming
+from topology.policies.base import NodeState, Upcoming
 from topology.policies.common import MODEL_BOTTLENECK, MODEL_GPUTOPO, MODEL_MAPA, MODELS
 from topology.policies.matching import (
     MAX_ENUM_VERTICES,
@@ -317,6 +317,46 @@ def incumbent(topology: Topology, fmask: int, k: int, memo: Memo) -> int:
 
     return memo.bounded(("best-effort-set", topology.topology_class, fmask, k), build,
                         lambda _: 1)
+
+
+def postpone_reason(topology: Topology, state: NodeState, free: Sequence[int],
+                    pattern: Pattern, below: float, memo: Memo) -> str | None:
+    """Why a bandwidth-sensitive job should wait rather than take a set of ``free`` (the
+    default policy's bounded postponement; Amaral et al. SC'17, Algorithm 1), or None.
+
+    The job waits when no ``len(pattern)``-subset of ``free`` reaches ``below`` (a share in
+    [0, 1]) of the ideal EffBW (``ModelTable.ideal``, GB/s) under every model of
+    :data:`GUARD_MODELS` that judges the pattern, and some GPU of the node is in use (an idle
+    node, or one whose only unavailable GPUs are unhealthy, is never refused: nothing will free
+    up). None too when the pattern has no :class:`ModelTable` here.
+
+    Returns:
+        A one-line reason (``"postponed: ..."``) or None.
+    """
+    if not any(not u.idle for u in state.usage.values()):
+        return None
+    table = model_table(topology, pattern, memo)
+    if table is None:
+        return None
+    fmask = 0
+    for g in free:
+        fmask |= 1 << g
+    cols = [_COLUMN[m] for m in GUARD_MODELS if _COLUMN[m] in table.columns]
+    if not cols:
+        return None
+    sel = np.flatnonzero((table.masks & ~np.int64(fmask)) == 0)
+    if sel.size == 0:
+        return None
+    share = (table.values[sel][:, cols] / table.ideal[cols]).min(axis=1)
+    best = int(np.argmax(share))
+    if float(share[best]) >= below:
+        return None
+    row = sel[best]
+    worst = cols[int(np.argmin(table.values[row, cols] / table.ideal[cols]))]
+    gpus = ",".join(str(int(g)) for g in table.gpus[row])
+    return (f"postponed: the best free set here, {{{gpus}}}, gives {float(share[best]):.0%} of "
+            f"the ideal EffBW under {MODELS[worst]} (below {below:.0%}); waiting for GPUs to "
+            "free up")
 
 
 def guarded(table: ModelTable, values: np.ndarray, reference: np.ndarray) -> np.ndarray:

@@ -1,0 +1,73 @@
+"""The extender's bounded postponement (issue 24): a sensitive multi-GPU pod the pending view
+knows may wait for a better set for ``postpone_max_s``; filter reports why."""
+
+from __future__ import annotations
+
+from scheduler_extender.pending import PendingPods, with_lookahead
+from scheduler_extender.settings import load_settings
+from scheduler_extender.state import MemoryState, PodRef
+from tests.scheduler_extender.helpers import gpu_pod, make_client, names_args
+from tests.scheduler_extender.test_extender_lookahead import RING, waiting
+from topology import catalog
+from topology.patterns import ring
+from topology.policies.base import NodeState, Request
+from topology.policies.common import MODEL_GPUTOPO, whole_decision
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_known_sensitive_pod_may_wait_until_the_bound() -> None:
+    clock = Clock()
+    p = PendingPods(postpone_max_s=60, clock=clock)
+    p.observe(waiting("three", 3))
+    req = Request(count=3, pattern=ring(3))
+    assert with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    clock.now += 59
+    p.observe(waiting("three", 3))  # an update keeps the first sighting
+    assert with_lookahead(req, "gputopo", p, "uid-three", 0).wait_for_better
+    clock.now += 1
+    assert not with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    # unknown pods, insensitive and single-GPU pods, policies without a lookahead: never
+    assert not with_lookahead(req, "gputopo", p, "uid-other", 8).wait_for_better
+    p2 = PendingPods(clock=clock)
+    p2.observe(waiting("three", 3))
+    insensitive = Request(count=3, pattern=ring(3), bandwidth_sensitive=False)
+    assert not with_lookahead(insensitive, "gputopo", p2, "uid-three", 8).wait_for_better
+    assert not with_lookahead(Request(count=1), "gputopo", p2, "uid-three", 8).wait_for_better
+    assert with_lookahead(req, "nvidia-best-effort", p2, "uid-three", 8) is req
+    # forgotten once bound / deleted, and a relist forgets every sighting
+    p2.discard("uid-three")
+    assert not p2.may_wait("uid-three")
+    p3 = PendingPods(postpone_max_s=0, clock=clock)
+    p3.observe(waiting("three", 3))
+    assert not p3.may_wait("uid-three")
+
+
+def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
+    topo = catalog.get("dgx1-v100")
+    st = MemoryState({"n1": topo})
+    busy = whole_decision("x", topo, NodeState(), Request(count=5), (1, 2, 3, 4, 6),
+                          MODEL_GPUTOPO)
+    st.reserve("uid-busy", "n1", busy, pod=PodRef("default", "busy", "uid-busy"))
+    st.bind(PodRef("default", "busy", "uid-busy"), "n1", busy)
+    assert sorted(st.node_state("n1").free_gpus(topo)) == [0, 5, 7]
+    pod = gpu_pod("three", 3, annotations=RING)
+    client = make_client(st)
+    # not yet seen pending by the watch: a one-shot decision, the pit is taken
+    assert client.post("/filter", json=names_args(pod, ["n1"])).json()["NodeNames"] == ["n1"]
+    st.pending.observe(waiting("three", 3) | {"metadata": pod["metadata"] | {
+        "creationTimestamp": "2024-01-01T00:00:00Z"}})
+    out = client.post("/filter", json=names_args(pod, ["n1"])).json()
+    assert out["NodeNames"] == [] and out["Error"] == ""
+    assert "postponed" in out["FailedNodes"]["n1"] and "{0,5,7}" in out["FailedNodes"]["n1"]
+
+
+def test_postpone_max_s_setting() -> None:
+    assert load_settings({"postpone_max_s": 0}).postpone_max_s == 0
+    assert load_settings({}).postpone_max_s == 1800
