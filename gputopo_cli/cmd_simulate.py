@@ -32,6 +32,7 @@ def register(app: typer.Typer) -> None:
         rho: Annotated[float, typer.Option("--rho", help="andreas: penalty coefficient for postponed jobs (ρ)")] = 100.0,
         slots: Annotated[int, typer.Option("--slots", help="co-location slots per GPU for shared jobs (gputopo.io/gpu-shared)")] = 3,
         threshold: Annotated[float, typer.Option("--threshold", help="co-location threshold on the sum of C (Tabrizian §4.2.4, Eq. 4.3 units)")] = 4e7,
+        postpone_max_s: Annotated[float, typer.Option("--postpone-max-s", help="how long the default policy may postpone a bandwidth-sensitive job for a better GPU set, s after its first postponement (0 = never)")] = 1800.0,
     ) -> None:
         """Simulate a workload on a cluster under each policy (same policy code as the extender
         and the planner).
@@ -90,7 +91,8 @@ def register(app: typer.Typer) -> None:
                 doc = many_seeds(topology, workload, policies, parse_seeds(seeds),
                                  judges=[j for j in effbw_model.split(",") if j.strip()],
                                  reference=reference, nodes=nodes, queue=queue,
-                                 progress=lambda line: typer.echo(line, err=True))
+                                 progress=lambda line: typer.echo(line, err=True),
+                                 postpone_max_s=postpone_max_s)
             except SimulationError as exc:
                 fail(str(exc))
             write(doc, out)
@@ -103,7 +105,7 @@ def register(app: typer.Typer) -> None:
                 topology, workload, policies, nodes=nodes, seed=seed, out=out, queue=queue,
                 node_choice=node_choice, judge=effbw_model, make_plots=plots,
                 progress=lambda line: typer.echo(line, err=True), slots=slots,
-                threshold=threshold,
+                threshold=threshold, postpone_max_s=postpone_max_s,
             )
         except SimulationError as exc:
             fail(str(exc))

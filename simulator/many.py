@@ -33,6 +33,7 @@ from simulator.report import makespan
 from simulator.run import parse_policies, simulate
 from simulator.runtime import judge_name
 from topology.model import Topology
+from topology.policies.default import POSTPONE_MAX_S
 
 #: The stack a cluster runs without gputopo (with its default node choice: LeastAllocated).
 DEFAULT_REFERENCE = "nvidia-best-effort"
@@ -93,6 +94,7 @@ def many_seeds(
     nodes: int | None = None,
     queue: str = "fifo",
     progress: Callable[[str], None] | None = None,
+    postpone_max_s: float = POSTPONE_MAX_S,
 ) -> dict[str, Any]:
     """Run ``workload`` (a generator spec, reseeded per seed) under ``reference`` and every
     policy, for every judge and seed (module docstring).
@@ -108,6 +110,8 @@ def many_seeds(
         nodes: node count (None = the workload's default).
         queue: ``fifo`` or ``backfill``.
         progress: called with one line per (judge, seed).
+        postpone_max_s: the default policy's bounded postponement (s; 0 = off), as
+            :func:`simulator.run.simulate`.
 
     Returns:
         ``{"reference", "judges", "seeds", "per_seed": [...], "summary": {judge: {policy:
@@ -131,7 +135,8 @@ def many_seeds(
     for judge in models:
         for seed in seeds:
             runs, _ = simulate(topology, workload, [reference, *names], nodes=nodes,
-                               seed=seed, judge=judge, queue=queue, make_plots=False)
+                               seed=seed, judge=judge, queue=queue, make_plots=False,
+                               postpone_max_s=postpone_max_s)
             ref = runs[0]
             ref_ratio, ref_span = mean_ratio_to_ideal(ref), makespan(ref)
             if ref_ratio is None:

@@ -20,6 +20,7 @@ from simulator.runtime import JUDGES
 from simulator.workloads import Workload, load_workload
 from topology.colocation.model import DEFAULT_SLOTS, DEFAULT_THRESHOLD
 from topology.model import Topology, TopologyError
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.memo import Memo
 from topology.sources import load_topology, load_topology_text
 
@@ -78,6 +79,7 @@ def simulate(
     progress: Callable[[str], None] | None = None,
     slots: int = DEFAULT_SLOTS,
     threshold: float = DEFAULT_THRESHOLD,
+    postpone_max_s: float = POSTPONE_MAX_S,
 ) -> tuple[list[RunResult], dict[str, Any]]:
     """Simulate ``workload`` on ``nodes`` × ``topology`` once per policy.
 
@@ -98,6 +100,9 @@ def simulate(
         progress: called with one line per finished policy.
         slots: co-location slots per GPU (shared jobs).
         threshold: co-location ΣC threshold (Tabrizian §4.2.4, Eq. 4.3 units).
+        postpone_max_s: how long the default policy may postpone a bandwidth-sensitive job
+            for a better set, s after its first postponement (0 = never;
+            :class:`simulator.engine.Simulation`).
 
     Returns:
         The runs and the ``summary.json`` mapping.
@@ -122,7 +127,7 @@ def simulate(
     memo = Memo()  # per-class tables shared by this simulation's runs (decisions are not)
     sims = [Simulation(topo, n, wl, p, queue=queue, node_choice=node_choice, judge=judge,
                        group_nodes=group_nodes, memo=memo, slots=slots,
-                       threshold=threshold)
+                       threshold=threshold, postpone_max_s=postpone_max_s)
             for p in names]  # validates every input first
     results: list[RunResult] = []
     for sim in sims:
@@ -142,6 +147,7 @@ def simulate(
             "queue": queue,
             "effbw_model": judge,
             "interference": wl.interference,
+            "postpone_max_s": postpone_max_s,
         }
         if wl.has_shared:
             meta.update({"profiles": wl.profiles, "slots_per_gpu": slots,

@@ -74,3 +74,22 @@ def test_cli_many_seed_mode(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["simulate", "-t", "dgx1-v100", "-w", "mapa:jobs=8", "-p",
                               "gputopo", "--seeds", "nine", "--out", str(tmp_path)])
     assert bad.exit_code == 2 and "bad --seeds" in bad.output
+
+
+def test_cli_postpone_max_s(tmp_path: Path) -> None:
+    """``--postpone-max-s``: 0 turns the default policy's postponement off (seed 16 of MAPA's
+    stream postpones some job with it on); a negative bound is a one-line error."""
+    runner = CliRunner()
+    args = ["simulate", "-t", "dgx1-v100", "-w", "mapa:jobs=150", "--seed", "16", "-p",
+            "gputopo", "--judge", "eq2", "--no-plots"]
+    postponed = []
+    for bound in ("1800", "0"):
+        out = tmp_path / bound
+        r = runner.invoke(app, [*args, "--postpone-max-s", bound, "--out", str(out)])
+        assert r.exit_code == 0, r.output
+        rows = (out / "jobs-gputopo.csv").read_text().splitlines()
+        col = rows[0].split(",").index("postponements")
+        postponed.append(sum(int(x.split(",")[col]) > 0 for x in rows[1:]))
+    assert postponed[0] > 0 and postponed[1] == 0
+    bad = runner.invoke(app, [*args, "--postpone-max-s", "-1", "--out", str(tmp_path / "bad")])
+    assert bad.exit_code == 2 and "postpone-max-s must not be negative" in bad.output
