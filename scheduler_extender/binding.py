@@ -228,7 +228,8 @@ class Binder:
             return PendingBind(pod, node, None)
         policy = choose_policy(preq, self.policy, self.colocation_policy)
         request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
-                                 pod.uid, self.lookahead_pods)
+                                 pod.uid, self.lookahead_pods,
+                                 may_wait=preq.required_node is None)
         ask = Ask(request, policy, pod.uid, preq.required_node, demand=preq.demand)
         if ask.required_node is not None and ask.required_node != node:
             return self._fail(

@@ -150,11 +150,13 @@ class PendingPods:
 
 
 def with_lookahead(request: Request, policy: str, pending: PendingPods | None, uid: str,
-                   limit: int) -> Request:
+                   limit: int, *, may_wait: bool = True) -> Request:
     """``request`` with the pending pods as ``Request.upcoming`` when ``policy`` reads them
     (``PolicySpec.lookahead``) and the request is for whole GPUs, and with
     ``Request.wait_for_better`` for a bandwidth-sensitive multi-GPU pod the view lets wait
-    (:meth:`PendingPods.may_wait`); else ``request`` itself.
+    (:meth:`PendingPods.may_wait`) — not when ``may_wait`` is False (a pod the planner placed,
+    ``gputopo.io/planned-node``: its node is decided, and a gang's pod must not hold up its
+    gang); else ``request`` itself.
 
     Raises:
         UnknownPolicy: ``policy`` is not registered.
@@ -163,7 +165,7 @@ def with_lookahead(request: Request, policy: str, pending: PendingPods | None, u
             or not get_policy(policy).lookahead):
         return request
     waiting = pending.upcoming(exclude=uid, limit=min(limit, MAX_UPCOMING)) if limit > 0 else ()
-    wait = request.count > 1 and request.sensitive and pending.may_wait(uid)
+    wait = may_wait and request.count > 1 and request.sensitive and pending.may_wait(uid)
     if waiting == request.upcoming and wait == request.wait_for_better:
         return request
     return replace(request, upcoming=waiting, wait_for_better=wait)

@@ -145,7 +145,8 @@ class Extender:
     def _ask(self, ref: PodRef, preq: PodRequest) -> Ask:
         policy = choose_policy(preq, self.policy, self.colocation_policy)
         request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
-                                 ref.uid, self.lookahead_pods)
+                                 ref.uid, self.lookahead_pods,
+                                 may_wait=preq.required_node is None)
         return Ask(request, policy, ref.uid, preq.required_node, demand=preq.demand)
 
     # ------------------------------------------------------------------ verbs

@@ -66,8 +66,22 @@ def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
     out = client.post("/filter", json=names_args(pod, ["n1"])).json()
     assert out["NodeNames"] == [] and out["Error"] == ""
     assert "postponed" in out["FailedNodes"]["n1"] and "{0,5,7}" in out["FailedNodes"]["n1"]
+    # the same pod placed by the planner on n1 is not held back
+    planned = gpu_pod("three", 3, annotations=RING | {"gputopo.io/planned-node": "n1"})
+    out = client.post("/filter", json=names_args(planned, ["n1"])).json()
+    assert out["NodeNames"] == ["n1"], out
 
 
 def test_postpone_max_s_setting() -> None:
     assert load_settings({"postpone_max_s": 0}).postpone_max_s == 0
     assert load_settings({}).postpone_max_s == 1800
+
+
+def test_a_planned_pod_never_waits() -> None:
+    """A pod the planner placed (a gang's pod among them) keeps its node's set: its node is
+    decided, and waiting would hold up its gang."""
+    p = PendingPods()
+    p.observe(waiting("three", 3))
+    req = Request(count=3, pattern=ring(3))
+    assert not with_lookahead(req, "gputopo", p, "uid-three", 8, may_wait=False).wait_for_better
+    assert with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
