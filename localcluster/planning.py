@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from localcluster.controlplane import ControlPlane, ControlPlaneError, free_port
 from localcluster.gpucluster import SCHEDULER_NAME, gputopo_command
-from localcluster.process import ManagedProcess
+from localcluster.process import ChildProcess, ManagedProcess
 from topology.contract import (
     ANN_DUE_DATE,
     ANN_EPOCH_TIME,
@@ -76,8 +76,9 @@ def job_stages(default_stages: Path, out: Path) -> Path:
     return out
 
 
-class PlannerProcess:
-    """``gputopo planner`` as a child process (settings by flags only).
+class PlannerProcess(ChildProcess):
+    """``gputopo planner`` as a child process (settings by flags only); its PID, crash, stop
+    and log are :class:`~localcluster.process.ChildProcess`'s.
 
     Args:
         kubeconfig: what it authenticates with.
@@ -95,7 +96,7 @@ class PlannerProcess:
         self.interval_s = interval_s
         self.metrics_port = free_port()
         self.extra_args = extra_args or []
-        self.process: ManagedProcess | None = None
+        self.process = None
 
     def start(self) -> PlannerProcess:
         """Start it and wait until its metrics endpoint answers.
@@ -140,16 +141,6 @@ class PlannerProcess:
 
         with urllib.request.urlopen(self.metrics_url, timeout=5) as resp:
             return str(resp.read().decode())
-
-    def stop(self) -> None:
-        """Stop it by PID. Idempotent."""
-        atexit.unregister(self.stop)
-        if self.process is not None:
-            self.process.stop(grace_s=10)
-
-    def log_tail(self, lines: int = 60) -> str:
-        """The end of its log."""
-        return self.process.log_tail(lines) if self.process is not None else ""
 
 
 def job_manifest(name: str, *, due_s: float, weight: float, epochs: int, profile: str | None,
