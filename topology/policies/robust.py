@@ -319,6 +319,19 @@ def incumbent(topology: Topology, fmask: int, k: int, memo: Memo) -> int:
                         lambda _: 1)
 
 
+def _candidates(topology: Topology, free: Sequence[int], pattern: Pattern,
+                memo: Memo) -> tuple[ModelTable, int, np.ndarray] | None:
+    """``pattern``'s :class:`ModelTable`, the free mask of ``free`` and the table rows inside
+    it (``[C]``), or None when the pattern has no table here."""
+    table = model_table(topology, pattern, memo)
+    if table is None:
+        return None
+    fmask = 0
+    for g in free:
+        fmask |= 1 << g
+    return table, fmask, np.flatnonzero((table.masks & ~np.int64(fmask)) == 0)
+
+
 def postpone_reason(topology: Topology, state: NodeState, free: Sequence[int],
                     pattern: Pattern, below: float, memo: Memo) -> str | None:
     """Why a bandwidth-sensitive job should wait rather than take a set of ``free`` (the
@@ -335,17 +348,12 @@ def postpone_reason(topology: Topology, state: NodeState, free: Sequence[int],
     """
     if not any(not u.idle for u in state.usage.values()):
         return None
-    table = model_table(topology, pattern, memo)
-    if table is None:
+    found = _candidates(topology, free, pattern, memo)
+    if found is None:
         return None
-    fmask = 0
-    for g in free:
-        fmask |= 1 << g
+    table, _, sel = found
     cols = [_COLUMN[m] for m in GUARD_MODELS if _COLUMN[m] in table.columns]
-    if not cols:
-        return None
-    sel = np.flatnonzero((table.masks & ~np.int64(fmask)) == 0)
-    if sel.size == 0:
+    if not cols or sel.size == 0:
         return None
     share = (table.values[sel][:, cols] / table.ideal[cols]).min(axis=1)
     best = int(np.argmax(share))
@@ -430,13 +438,10 @@ def choose(
     k = pattern.size
     if len(free) < k:
         raise ValueError(f"{len(free)} free GPUs cannot host a {k}-GPU pattern")
-    table = model_table(topology, pattern, memo)
-    if table is None:
+    found = _candidates(topology, free, pattern, memo)
+    if found is None:
         return None
-    fmask = 0
-    for g in free:
-        fmask |= 1 << g
-    sel = np.flatnonzero((table.masks & ~np.int64(fmask)) == 0)
+    table, fmask, sel = found
     choice, row = _rank(topology, free, fmask, pattern, table, sel, sensitive, upcoming, memo)
     if not (guard and sensitive):
         return choice
