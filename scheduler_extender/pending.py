@@ -13,8 +13,9 @@ function. Shares and co-location slots are not listed (the lookahead weighs whol
 bandwidth-sensitive multi-GPU pod seen pending for less than :attr:`PendingPods.postpone_max_s`
 (the extender's ``postpone_max_s``), :func:`with_lookahead` sets ``Request.wait_for_better``,
 and the default policy may then refuse a busy node whose every free set is poor (filter
-reports ``postponed: ...``; kube-scheduler retries the pod when pods end). After that time, or
-for a pod the view does not know, the flag stays off: no pod waits without a bound.
+reports ``postponed: ...``; kube-scheduler retries the pod on its backoff, 1–10 s). After
+that time, or for a pod the view does not know, the flag stays off: no pod waits without a
+bound.
 
 Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
 insensitive pod's pattern is dropped, so two queues that differ only there share cached

@@ -291,13 +291,15 @@ class Simulation:
     # ------------------------------------------------------------------ set-up
     def _check_jobs(self) -> None:
         seen: dict[tuple[object, ...], Request] = {}
+        waits = get_policy(self.policy).lookahead  # as the extender's with_lookahead
         for job in self.workload.jobs:
             if job.gpus > self.size:
                 raise SimulationError(
                     f"job {job.id} asks for {job.gpus} GPUs; a {self.topology.name} node has "
                     f"{self.size}")
             req = job.request(self.threshold)
-            if self.postpone_max_s > 0 and not job.shared and job.gpus > 1 and req.sensitive:
+            if self.postpone_max_s > 0 and waits and not job.shared and job.gpus > 1 \
+                    and req.sensitive:
                 req = replace(req, wait_for_better=True)
             key = req.key()
             self.requests[job.id] = req

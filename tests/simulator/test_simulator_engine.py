@@ -181,7 +181,11 @@ def test_postponement_is_bounded_by_postpone_max_s() -> None:
     from topology.policies.registry import policies, register
 
     if "test-waits" not in policies():
-        register("test-waits", "postpones on busy nodes (tests)", free_set_only=True)(_waits)
+        register("test-waits", "postpones on busy nodes (tests)", free_set_only=True,
+                 lookahead=True)(_waits)
+    if "test-waits-no-queue" not in policies():
+        register("test-waits-no-queue", "the same, not reading the queue (tests)",
+                 free_set_only=True)(_waits)
     topo = catalog.get("dgx1-v100")
     # job 0 holds a GPU until t = 5000; job 1 (2 GPUs, sensitive) may wait; job 2's arrival
     # at t = 200 is the next event
@@ -195,6 +199,10 @@ def test_postponement_is_bounded_by_postpone_max_s() -> None:
     never = {r.job.id: r for r in Simulation(topo, 1, wl, "test-waits", postpone_max_s=0)
              .run().records}
     assert never[1].postponements == 0 and never[1].start_s == pytest.approx(0.0)
+    # as in the extender, only a policy that reads the queue (lookahead) is asked to wait
+    plain = {r.job.id: r for r in Simulation(topo, 1, wl, "test-waits-no-queue")
+             .run().records}
+    assert plain[1].postponements == 0 and plain[1].start_s == pytest.approx(0.0)
     with pytest.raises(SimulationError, match="postpone-max-s"):
         Simulation(topo, 1, wl, "test-waits", postpone_max_s=-1)
 
