@@ -85,7 +85,6 @@ def register(app: typer.Typer) -> None:
                 fail(str(exc))
             kube.start_background()
             backend = kube
-        backend.pending.postpone_max_s = settings.postpone_max_s
         app_ = create_app(settings, backend)
         tune_interpreter(settings.gil_switch_interval_ms / 1000)
         logging.getLogger("gputopo.extender").info(

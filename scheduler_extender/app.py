@@ -106,7 +106,8 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
 
     Args:
         settings: resolved settings (``policy``, ``eval_budget_ms``, ``eval_workers``,
-            ``bind_concurrency`` and ``auth`` / ``allowed_client_names`` — the
+            ``bind_concurrency``, ``postpone_max_s`` (set on the state's pending view) and
+            ``auth`` / ``allowed_client_names`` — the
             :class:`~scheduler_extender.auth.CallerAuth` middleware — are read here; host,
             port and TLS belong to the server: :func:`scheduler_extender.auth.uvicorn_options`).
         state: the cluster state backend (:class:`MemoryState`, :class:`KubernetesState`).
@@ -125,6 +126,9 @@ def create_app(settings: ExtenderSettings, state: ClusterState) -> FastAPI:
         **_NO_OTEL,
     )
     counters = Metrics()
+    pending = getattr(state, "pending", None)
+    if pending is not None:  # the bound of the default policy's postponement
+        pending.postpone_max_s = settings.postpone_max_s
     extender = Extender(
         state, settings.policy, counters, budget_ms=settings.eval_budget_ms or None,
         workers=settings.eval_workers, memory_unit_mib=settings.vgpu_memory_unit_mib,

@@ -75,6 +75,13 @@ def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
 def test_postpone_max_s_setting() -> None:
     assert load_settings({"postpone_max_s": 0}).postpone_max_s == 0
     assert load_settings({}).postpone_max_s == 1800
+    # the app sets the bound on its state's pending view, whoever builds it
+    from scheduler_extender.app import create_app
+    from scheduler_extender.settings import ExtenderSettings
+
+    st = MemoryState({"n1": catalog.get("dgx1-v100")})
+    create_app(ExtenderSettings(state="memory", postpone_max_s=5), st)
+    assert st.pending.postpone_max_s == 5
 
 
 def test_a_planned_pod_never_waits() -> None:
