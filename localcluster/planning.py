@@ -96,7 +96,6 @@ class PlannerProcess(ChildProcess):
         self.interval_s = interval_s
         self.metrics_port = free_port()
         self.extra_args = extra_args or []
-        self.process = None
 
     def start(self) -> PlannerProcess:
         """Start it and wait until its metrics endpoint answers.

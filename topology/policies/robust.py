@@ -355,13 +355,13 @@ def postpone_reason(topology: Topology, state: NodeState, free: Sequence[int],
     cols = [_COLUMN[m] for m in GUARD_MODELS if _COLUMN[m] in table.columns]
     if not cols or sel.size == 0:
         return None
-    share = (table.values[sel][:, cols] / table.ideal[cols]).min(axis=1)
+    ratios = table.values[sel][:, cols] / table.ideal[cols]  # [C, models]: share of ideal
+    share = ratios.min(axis=1)
     best = int(np.argmax(share))
     if float(share[best]) >= below:
         return None
-    row = sel[best]
-    worst = cols[int(np.argmin(table.values[row, cols] / table.ideal[cols]))]
-    gpus = ",".join(str(int(g)) for g in table.gpus[row])
+    worst = cols[int(np.argmin(ratios[best]))]
+    gpus = ",".join(str(int(g)) for g in table.gpus[sel[best]])
     return (f"postponed: the best free set here, {{{gpus}}}, gives {float(share[best]):.0%} of "
             f"the ideal EffBW under {MODELS[worst]} (below {below:.0%}); waiting for GPUs to "
             "free up")
