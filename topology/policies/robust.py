@@ -107,6 +107,11 @@ from topology.policies.nvidia import choose as best_effort_choose
 #: Regret (in ideal communication times) below which two candidate sets are equal (module
 #: docstring).
 TOLERANCE = 0.01
+
+#: How many changes of the slots' groups a waiting job's kept costs are patched across
+#: (:meth:`WaitingHomes._cost`); further behind, they are re-read for every slot.
+_PATCH_MAX = 64
+
 #: Largest node the rule's tables cover (they hold a value per GPU subset, 2^n of them).
 MAX_TABLE_GPUS = 16
 #: Most edges of a pattern Eq. 2 judges (its training set: rings of 2–5 GPUs on a DGX-1).
@@ -662,10 +667,17 @@ class WaitingHomes:
         self._masks = np.zeros(0, dtype=np.int64)
         self._counts = np.zeros(0, dtype=np.int64)
         self._gen = 0  # bumped by every change of a slot's group (the costs are then stale)
+        # the slots whose group changed, one per bump of ``_gen`` since ``_log_base``: a
+        # job's costs priced a few bumps ago are patched at those slots, not re-read whole
+        self._slot_log: list[int] = []
+        self._log_base = 0
         self._classes: dict[str, Topology] = {}  # in order of first appearance
         self._class_slots: dict[str, list[int]] = {}
         # per waiting job: (generation priced at, cost per slot, cost per free mask per class)
         self._costs: dict[object, tuple[int, np.ndarray, dict[str, np.ndarray]]] = {}
+        # per waiting job: (generation, the slot whose cost is below every other's by more
+        # than the tolerance, or -1) — its one best home if that slot holds one node
+        self._best: dict[object, tuple[int, int]] = {}
         self._changes = 0  # bumped by every change of a node's group
         self._last: tuple[int, tuple[Upcoming, ...], dict[int, tuple[Upcoming, ...]]] | None \
             = None  # the last answer of :meth:`waiting` (filter, then prioritize, ask twice)
@@ -693,7 +705,7 @@ class WaitingHomes:
                 grow = max(16, slot)
                 self._masks = np.concatenate([self._masks, np.zeros(grow, dtype=np.int64)])
                 self._counts = np.concatenate([self._counts, np.zeros(grow, dtype=np.int64)])
-            self._gen += 1
+            self._bump(slot)
             self._slot_of[key] = slot
             self._masks[slot] = mask
             self._class_slots[cls].append(slot)
@@ -714,7 +726,17 @@ class WaitingHomes:
             self._class_slots[topo.topology_class].remove(slot)
             self._topos[slot] = None
             self._free.append(slot)
-            self._gen += 1
+            self._bump(slot)
+
+    def _bump(self, slot: int) -> None:
+        """Record that ``slot``'s group changed (created or emptied): every job's costs are
+        stale there."""
+        self._gen += 1
+        log = self._slot_log
+        log.append(slot)
+        if len(log) > 2 * _PATCH_MAX:
+            del log[:_PATCH_MAX]
+            self._log_base += _PATCH_MAX
 
     def _cost(self, u: Upcoming) -> np.ndarray:
         """``u``'s cost per slot (inf for a free slot or where it does not fit): its cost on
@@ -723,8 +745,21 @@ class WaitingHomes:
         size = len(self._topos)
         key = u.key()
         hit = self._costs.get(key)
-        if hit is not None and hit[0] == self._gen:
-            return hit[1]
+        if hit is not None:
+            gen, pen, by_class = hit
+            if gen == self._gen:
+                return pen
+            if (len(pen) == size and gen >= self._log_base
+                    and self._gen - gen <= _PATCH_MAX):
+                # a few slots changed group since: re-read only those (what the whole
+                # computation below gives them: inf where free or without a table)
+                topos, masks = self._topos, self._masks
+                for slot in set(self._slot_log[gen - self._log_base:]):
+                    topo = topos[slot]
+                    tab = by_class.get(topo.topology_class) if topo is not None else None
+                    pen[slot] = np.inf if tab is None else tab[masks[slot]]
+                self._costs[key] = (self._gen, pen, by_class)
+                return pen
         by_class = hit[2] if hit is not None else self._mask_costs(u)
         pen = np.full(size, np.inf)
         if len(self._class_slots) == 1:  # one class: every live slot at once
@@ -768,16 +803,24 @@ class WaitingHomes:
     def _home(self, u: Upcoming, size: int) -> int:
         """The slot that is ``u``'s one best home (-1: none): a slot of one node whose cost is
         below every other slot's by more than the tolerance."""
-        pen = self._cost(u)[:size]  # inf on free slots
-        if size > 1:
-            two = np.argpartition(pen, 1)[:2]  # the lowest first, then the second lowest
-            first, second = int(two[0]), float(pen[two[1]])
-        else:
-            first, second = 0, np.inf
-        low = float(pen[first])
-        if self._counts[first] == 1 and np.isfinite(low) and low < second - TOLERANCE:
-            return first
-        return -1
+        key = u.key()
+        best = self._best.get(key)
+        if best is None or best[0] != self._gen:
+            pen = self._cost(u)[:size]  # inf on free slots
+            # the lowest cost and the lowest of the others (equal to it on a tie: no home, so
+            # which of the tied slots is ``first`` does not matter)
+            first = int(pen.argmin())
+            low = float(pen[first])
+            rest = pen.copy()  # the kept costs stay untouched
+            rest[first] = np.inf
+            second = float(rest.min())
+            # the costs stand until a slot's group changes; the node count is read each time
+            found = first if math.isfinite(low) and low < second - TOLERANCE else -1
+            if len(self._best) >= self.max_jobs and key not in self._best:
+                self._best.clear()
+            best = self._best[key] = (self._gen, found)
+        found = best[1]
+        return found if found >= 0 and self._counts[found] == 1 else -1
 
     def waiting(self, upcoming: Sequence[Upcoming]) -> dict[int, tuple[Upcoming, ...]]:
         """Per slot that is some job's one best home, the waiting jobs its decision weighs

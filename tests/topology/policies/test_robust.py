@@ -311,3 +311,48 @@ def test_rule_invariants(free: set[int], k: int, waits: list[tuple[int, bool]]) 
     total = own + robust.lookahead_cost(DGX, left, upcoming, memo)
     regret = (total - total.min(axis=0)).max(axis=1)
     assert regret[sets.index(tuple(sorted(chosen)))] <= regret.min() + robust.TOLERANCE + 1e-9
+
+
+@pytest.mark.parametrize("every", [1, 3, 40])
+def test_waiting_homes_kept_across_changes_match_waiting_by_node(every: int) -> None:
+    """:class:`robust.WaitingHomes` patches a waiting job's kept costs at the slots whose
+    group changed, and keeps each job's lowest-cost slot until one does: queried after every
+    change, every few changes or after more than it patches across, the homes are those
+    :func:`robust.waiting_by_node` computes from scratch on the same groups (a mixed
+    cluster: one-class and several-class slot layouts)."""
+    import random
+
+    topos = {"d": catalog.get("dgx1-v100"), "p": catalog.get("pcie-8gpu")}
+    jobs = (Upcoming(3, ring(3)), Upcoming(2, ring(2)), Upcoming(4, all_to_all(4)),
+            Upcoming(4, ring(4), sensitive=False), Upcoming(5, ring(5)), Upcoming(1))
+    rng = random.Random(every)
+    memo = Memo()
+    index = robust.WaitingHomes(memo)
+    masks: dict[str, tuple[str, int]] = {}
+    homes_seen = 0
+    for step in range(400):
+        name = f"n{rng.randrange(12)}"
+        # the mixed slots arrive only later: the first steps run on one class
+        kind = "p" if step > 150 and name in ("n10", "n11") else "d"
+        if masks.get(name, (kind,))[0] != kind:  # the caller's reset on a class change
+            index.reset()
+            for other, (k, m) in masks.items():
+                if other != name:
+                    index.set_node(other, (k, m), topos[k], m)
+        # mostly busy nodes, so some job's best home is one node
+        mask = rng.choice((0, 0b11, 0b1111, 0b1110_0000, 0b1011_0001, 0xFF,
+                           rng.randrange(256)))
+        masks[name] = (kind, mask)
+        index.set_node(name, (kind, mask), topos[kind], mask)
+        if step % every:
+            continue
+        keys = sorted({km for km in masks.values()})
+        groups = [(topos[k], m, sum(1 for v in masks.values() if v == (k, m)))
+                  for k, m in keys]
+        expect = robust.waiting_by_node(groups, jobs, Memo())
+        got = index.waiting(jobs)
+        for i, km in enumerate(keys):
+            assert got.get(index.where[next(n for n, v in masks.items() if v == km)],
+                           ()) == expect[i], (step, km)
+        homes_seen += sum(1 for w in expect if w)
+    assert homes_seen > 0
