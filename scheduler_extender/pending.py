@@ -38,6 +38,9 @@ from topology.policies.registry import get_policy
 #: ``spec.schedulerName`` of the chart's scheduler profile (``scheduler.schedulerName``).
 DEFAULT_SCHEDULER_NAME = "gputopo-scheduler"
 
+#: Entries a :class:`PendingPods` keeps in each of its small caches (cleared when full).
+_SHAPES_MAX = 256
+
 
 def upcoming_of(request: Request) -> Upcoming | None:
     """The lookahead's view of a whole-GPU request (None for shares and co-location slots):
@@ -68,6 +71,12 @@ class PendingPods:
         self._first_seen: dict[str, float] = {}
         self._pods: dict[str, tuple[tuple[int, str, str], Upcoming]] = {}
         self._order: list[tuple[tuple[int, str, str], str]] | None = []
+        # (exclude, limit) -> upcoming()'s answer while the queue is unchanged (_order):
+        # filter, prioritize and bind of one pod ask alike
+        self._listed: dict[tuple[str, int], tuple[Upcoming, ...]] = {}
+        # one Upcoming per distinct view (equal ones are one object): its cached key() is
+        # then computed once per shape, not on the first filter after each watch event
+        self._shapes: dict[Upcoming, Upcoming] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -78,6 +87,9 @@ class PendingPods:
         """Keep (or update) pending pod ``uid``; ``created`` is its RFC 3339 creation time
         (strings of one format sort by time)."""
         with self._lock:
+            if len(self._shapes) >= _SHAPES_MAX:
+                self._shapes.clear()
+            upcoming = self._shapes.setdefault(upcoming, upcoming)
             self._pods[uid] = ((-priority, created, name), upcoming)
             self._first_seen.setdefault(uid, self._clock())
             self._order = None
@@ -95,6 +107,7 @@ class PendingPods:
             self._pods.clear()
             self._first_seen.clear()
             self._order = []
+            self._listed = {}
 
     def may_wait(self, uid: str) -> bool:
         """Pod ``uid`` is pending here and was first seen pending less than
@@ -140,6 +153,10 @@ class PendingPods:
         with self._lock:
             if self._order is None:
                 self._order = sorted((key, uid) for uid, (key, _) in self._pods.items())
+                self._listed = {}
+            hit = self._listed.get((exclude, limit))
+            if hit is not None:
+                return hit
             out: list[Upcoming] = []
             for _, uid in self._order:
                 if uid == exclude:
@@ -147,7 +164,10 @@ class PendingPods:
                 out.append(self._pods[uid][1])
                 if len(out) == limit:
                     break
-            return tuple(out)
+            if len(self._listed) >= _SHAPES_MAX:
+                self._listed.clear()
+            listed = self._listed[(exclude, limit)] = tuple(out)
+            return listed
 
 
 def with_lookahead(request: Request, policy: str, pending: PendingPods | None, uid: str,

@@ -126,6 +126,27 @@ def test_pending_pods_in_queue_order() -> None:
     assert len(p) == 1
 
 
+def test_pending_pods_answer_again_until_the_queue_changes() -> None:
+    """The queue is listed once while it is unchanged (filter, prioritize and bind of one pod
+    ask alike) and again after any pod is added, updated, dropped or cleared; pods of one
+    shape share one waiting job (its key is then computed once)."""
+    p = PendingPods("gputopo-scheduler")
+    p.observe(waiting("a", 3, created="2024-01-01T00:00:01Z"))
+    p.observe(waiting("b", 3, created="2024-01-01T00:00:02Z"))
+    first = p.upcoming(exclude="uid-x")
+    assert p.upcoming(exclude="uid-x") is first
+    assert first[0] is first[1] and first == (Upcoming(3, ring(3), True),) * 2
+    assert p.upcoming(exclude="uid-a") == (Upcoming(3, ring(3), True),)
+    p.observe(waiting("c", 2, created="2024-01-01T00:00:00Z"))
+    assert [u.count for u in p.upcoming(exclude="uid-x")] == [2, 3, 3]
+    p.observe(waiting("c", 2, created="2024-01-01T00:00:03Z"))  # updated: now last
+    assert [u.count for u in p.upcoming(exclude="uid-x")] == [3, 3, 2]
+    p.discard("uid-a")
+    assert [u.count for u in p.upcoming(exclude="uid-x")] == [3, 2]
+    p.clear()
+    assert p.upcoming(exclude="uid-x") == ()
+
+
 def test_an_insensitive_waiting_pod_carries_no_pattern() -> None:
     """Only size and sensitivity matter for an insensitive pod: its pattern is dropped so
     queues that differ only there share decisions."""
