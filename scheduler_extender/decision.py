@@ -517,7 +517,7 @@ class Decider:
         if not lists:  # no node is a waiting job's one best home: the plain request on all
             if ask.pod_uid:
                 self._asked.put((ask.pod_uid, "parts"), {})
-            part = replace(ask, request=replace(ask.request, upcoming=()))
+            part = _with_queue(ask, ())
             call = _Call(part, self._requests(part.request.key()), deadline, learn=learn)
             return self._grouped(call, candidates), [call] * len(candidates)
         where = index.where
@@ -532,7 +532,7 @@ class Decider:
         rows: list[NodeDecision | None] = [None] * len(candidates)
         calls: list[_Call | None] = [None] * len(candidates)
         for waiting, positions in parts.items():
-            part = replace(ask, request=replace(ask.request, upcoming=waiting))
+            part = _with_queue(ask, waiting)
             call = _Call(part, self._requests(part.request.key()), deadline, learn=learn)
             if len(parts) == 1:  # the common case: one call over every candidate
                 return self._grouped(call, candidates), [call] * len(candidates)
@@ -600,7 +600,7 @@ class Decider:
             # no waiting job's one best home)
             parts = self._asked.get((ask.pod_uid, "parts")) if ask.pod_uid else None
             waiting = (parts or {}).get(view.name, ())
-            ask = replace(ask, request=replace(ask.request, upcoming=waiting))
+            ask = _with_queue(ask, waiting)
         aligned = self.alignment.apply(
             view, self.alignment.config(view.name, None), ask.request, ask.demand,
             self._requests(ask.request.key()), policy=ask.policy,
@@ -994,7 +994,7 @@ class Decider:
             return None
         request = call.ask.request  # the waiting jobs change no yardstick: one scale per shape
         if request.upcoming:
-            request = replace(request, upcoming=())
+            request = request.with_queue((), request.wait_for_better)
         return score_scale(call.ask.policy, hosts.values(), request, self.evaluator)
 
     def _score(self, call: _Call, view: NodeView, outcome: Outcome, scale: ScoreScale) -> int:
@@ -1015,6 +1015,13 @@ class Decider:
 def _key(view: NodeView, name: str) -> object:
     """A view's group key (its own name when it is in no group)."""
     return view.group if view.group is not None else ("node", name)
+
+
+def _with_queue(ask: Ask, waiting: tuple[Upcoming, ...]) -> Ask:
+    """``ask`` weighing the waiting jobs ``waiting`` (``replace`` of its request's
+    ``upcoming``, without the field walk of two ``dataclasses.replace``)."""
+    return Ask(ask.request.with_queue(waiting, ask.request.wait_for_better), ask.policy,
+               ask.pod_uid, ask.required_node, ask.demand)
 
 
 def _with_score(row: NodeDecision, score: int) -> NodeDecision:

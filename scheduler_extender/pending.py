@@ -27,7 +27,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from scheduler_extender.podspec import PodSpecError, request_from_pod
@@ -189,4 +188,4 @@ def with_lookahead(request: Request, policy: str, pending: PendingPods | None, u
     wait = may_wait and request.count > 1 and request.sensitive and pending.may_wait(uid)
     if waiting == request.upcoming and wait == request.wait_for_better:
         return request
-    return replace(request, upcoming=waiting, wait_for_better=wait)
+    return request.with_queue(waiting, wait)

@@ -147,6 +147,24 @@ def test_pending_pods_answer_again_until_the_queue_changes() -> None:
     assert p.upcoming(exclude="uid-x") == ()
 
 
+def test_a_part_of_the_candidates_asks_with_its_own_waiting_jobs_only() -> None:
+    """The decision layer swaps only the queue of an ask for each part of the candidates:
+    every other field of the ask and of its request is kept (what two
+    ``dataclasses.replace`` give)."""
+    from dataclasses import replace
+
+    from scheduler_extender.decision import Ask, _with_queue
+    from topology.numa_alignment import PodDemand
+
+    ask = Ask(Request(3, pattern=ring(3), upcoming=(Upcoming(2, ring(2)),),
+                      wait_for_better=True),
+              "gputopo", "uid-1", "n1", PodDemand(container_cpus=4, pod_cpus=4,
+                                                  device_containers=2, memory_units=1))
+    for queue in ((), (Upcoming(3, ring(3)), Upcoming(1))):
+        assert _with_queue(ask, queue) == replace(ask, request=replace(ask.request,
+                                                                       upcoming=queue))
+
+
 def test_an_insensitive_waiting_pod_carries_no_pattern() -> None:
     """Only size and sensitivity matter for an insensitive pod: its pattern is dropped so
     queues that differ only there share decisions."""

@@ -13,6 +13,7 @@ from topology import catalog
 from topology.colocation.profile import JobProfile
 from topology.patterns import all_to_all, ring
 from topology.policies.base import (
+    MAX_UPCOMING,
     Candidate,
     Colocation,
     Decision,
@@ -23,6 +24,7 @@ from topology.policies.base import (
     Resident,
     SetPrediction,
     SharedRequest,
+    Upcoming,
 )
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
@@ -169,3 +171,21 @@ def test_a_pattern_must_match_the_gpu_count_even_for_one_gpu() -> None:
     assert Request(count=0, core_percent=30, pattern=all_to_all(2)).fractional
     with pytest.raises(RequestError, match="co-location slot is one GPU"):
         Request(count=2, shared=SharedRequest(PROFILE, 0))
+
+
+def test_with_queue_is_replace_of_the_queue() -> None:
+    """``Request.with_queue`` gives what ``dataclasses.replace`` gives (every other field
+    kept, equal and with an equal key) and refuses a queue longer than the lookahead takes."""
+    from dataclasses import replace
+
+    req = Request(4, pattern=ring(4), bandwidth_sensitive=True, min_utility=0.5,
+                  profile="alexnet/tiny", upcoming=(Upcoming(2, ring(2)),))
+    queue = (Upcoming(3, ring(3)), Upcoming(1))
+    for wait in (False, True):
+        got = req.with_queue(queue, wait)
+        want = replace(req, upcoming=queue, wait_for_better=wait)
+        assert got == want and got.key() == want.key() and hash(got) == hash(want)
+        assert vars(got) == vars(want)
+    assert req.with_queue((), False) == replace(req, upcoming=())
+    with pytest.raises(RequestError, match="upcoming jobs"):
+        req.with_queue((Upcoming(1),) * (MAX_UPCOMING + 1), False)
