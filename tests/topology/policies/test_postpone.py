@@ -9,7 +9,12 @@ from topology import catalog
 from topology.patterns import ring
 from topology.policies import robust
 from topology.policies.base import NodeState, NoFit, Request
-from topology.policies.default import POSTPONE_BELOW, gputopo
+from topology.policies.default import (
+    POSTPONE_BELOW,
+    POSTPONE_BELOW_SMALL,
+    gputopo,
+    postpone_below,
+)
 from topology.policies.memo import Memo
 
 DGX = catalog.get("dgx1-v100")
@@ -35,12 +40,37 @@ def test_a_ring_waits_rather_than_take_an_eq2_pit() -> None:
 
 
 def test_a_set_at_or_above_the_threshold_is_taken() -> None:
-    # {1,5,6}: the leftover, Eq. 2 52 % of the ideal, bottleneck 48 %: above 40 %
-    d = gputopo(DGX, _busy_but({1, 5, 6}), _req(), Memo())
-    assert sorted(d.gpus) == [1, 5, 6]
     # one good set among poor ones is enough: {4,5,6} is an NVLink triangle
     d = gputopo(DGX, _busy_but({0, 4, 5, 6, 7}), _req(), Memo())
     assert set(d.gpus) <= {4, 5, 6, 7}
+    # a 4-GPU ring (half the node) waits only for pits: {1,3,5,6} is 46 % / 48 %, above 40 %
+    d = gputopo(DGX, _busy_but({1, 3, 5, 6}), _req(4), Memo())
+    assert sorted(d.gpus) == [1, 3, 5, 6]
+
+
+def test_a_small_ring_waits_for_an_nvlink_ring() -> None:
+    # the leftover {1,5,6}: Eq. 2 52 % of the ideal, bottleneck 48 %. A 3-GPU ring
+    # is fewer than half of the DGX-1, so it waits for 50 %: a set whose every hop is NVLink
+    with pytest.raises(NoFit, match=r"postponed: .*\{1,5,6\}.* 48% .*bottleneck.*below 50%"):
+        gputopo(DGX, _busy_but({1, 5, 6}), _req(), Memo())
+    d = gputopo(DGX, _busy_but({1, 5, 6}), _req(wait=False), Memo())
+    assert sorted(d.gpus) == [1, 5, 6]
+    # with 7 free too, the NVLink triangle {5,6,7} is there: no wait
+    d = gputopo(DGX, _busy_but({1, 5, 6, 7}), _req(), Memo())
+    assert sorted(d.gpus) == [5, 6, 7]
+    # a 2-GPU ring takes a single NVLink (55 % / exactly 50 %), not a PCIe pair (26 % / 24 %)
+    d = gputopo(DGX, _busy_but({0, 1}), _req(2), Memo())
+    assert sorted(d.gpus) == [0, 1]
+    with pytest.raises(NoFit, match=r"postponed: .*\{0,5\}"):
+        gputopo(DGX, _busy_but({0, 5}), _req(2), Memo())
+
+
+def test_the_threshold_depends_on_the_jobs_share_of_the_node() -> None:
+    assert [postpone_below(DGX, k) for k in (2, 3, 4, 5)] == [
+        POSTPONE_BELOW_SMALL, POSTPONE_BELOW_SMALL, POSTPONE_BELOW, POSTPONE_BELOW]
+    cube = catalog.get("mapa-cubemesh-16")
+    assert postpone_below(cube, 7) == POSTPONE_BELOW_SMALL
+    assert postpone_below(cube, 8) == POSTPONE_BELOW
 
 
 def test_an_idle_node_and_insensitive_jobs_never_wait() -> None:
