@@ -11,7 +11,7 @@ hold but every such node's policy rejects — TOPO-AWARE-P's "utility below mini
 *postponed*: it keeps its place and the pass moves on to later jobs (Amaral Algorithm 1,
 "out-of-order execution"); it is retried at the next event.
 
-**Bounded postponement** (the default policy's, :data:`topology.policies.default.POSTPONE_BELOW`).
+**Bounded postponement** (the default policy's, :func:`topology.policies.default.postpone_below`).
 A bandwidth-sensitive multi-GPU job's request carries ``wait_for_better`` (as the extender's
 does for a pod it has seen pending for less than ``postpone_max_s``): the default policy may
 then refuse a busy node whose every free set is poor. ``postpone_max_s`` after its first

@@ -370,7 +370,7 @@ class Request:
             caller (the extender's pending-pod view, the simulator's queue) fills in; other
             policies ignore it.
         wait_for_better: the job may be postponed for a better set (the default policy's
-            bounded postponement, :data:`topology.policies.default.POSTPONE_BELOW`): set only
+            bounded postponement, :func:`topology.policies.default.postpone_below`): set only
             by a caller that retries the job and bounds its wait — the extender for a pod it
             has seen pending for less than ``postpone_max_s``, the simulator likewise. False
             (a one-shot decision: the CLI, the per-decision benchmarks) never postpones.
