@@ -21,8 +21,16 @@ pods, so they set the p99 of a stream that allocates more. Each stream also repo
 collector's CPU time inside the timed calls (``gc_ms``, from ``gc.callbacks``) and the
 machine's load average when it ended.
 
+``--mode interleaved`` (session 6) runs both streams in one fresh process instead, pod by
+pod, alternating which goes first (:func:`interleaved`): on the shared 2-core machine the CPU's
+speed changes between two isolated processes ten seconds apart (the same stream's p50 moved
+0.66-1.54 ms), which lands on one stream's p99 only; interleaved, both streams see the same
+machine, and each pod's excess with pending pods is recorded too (``excess_ms``). The
+isolated mode stays the default and the command of record.
+
 Run: ``.venv/bin/python -m benchmarks.bench_lookahead [--pods 300] [--pending 8] [--runs 1]
-[--interpreter extender|python]``; writes ``benchmarks/results/lookahead-cpu.json``.
+[--interpreter extender|python] [--mode isolated|interleaved]``; writes
+``benchmarks/results/lookahead-cpu.json``.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ import os
 import platform
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -46,26 +54,79 @@ from benchmarks.bench_extender import _fill, machine, pct, pod
 OUT = Path(__file__).parent / "results" / "lookahead-cpu.json"
 
 
-def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
-           seed: int, policy: str = "gputopo", interpreter: str = "extender") -> dict[str, Any]:
-    """CPU ms of each pod's filter + prioritize over ``pods`` pods with ``pending`` pending,
-    the extender's default policy ``policy``; ``interpreter``: ``extender`` (set up as the
-    served extender's) or ``python`` (CPython's defaults)."""
-    from scheduler_extender.app import create_app, tune_interpreter
-    from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
-    from scheduler_extender.settings import ExtenderSettings
-    from scheduler_extender.state import MemoryState
+class _Stream:
+    """One extender (in-process, memory state) and the benchmark's pod stream with
+    ``pending`` pods pending: the cluster filled to 70 % when made, the stream's pods drawn
+    by :meth:`start` (after the interpreter is set up), one pod timed per :meth:`step`."""
 
-    logging.getLogger("gputopo.extender").setLevel(logging.ERROR)
-    topo = machine(name)
-    names = [f"n-{i:04d}" for i in range(nodes)]
-    state = MemoryState(dict.fromkeys(names, topo))
-    settings = ExtenderSettings(state="memory", policy=policy)
-    ext = create_app(settings, state).state.runtime.extender
-    running = _fill(ext, state, random.Random(seed))
-    if interpreter == "extender":
-        tune_interpreter(settings.gil_switch_interval_ms / 1000)
-    collecting = [0.0, 0.0]  # thread CPU seconds spent collecting, start of the current pass
+    def __init__(self, name: str, nodes: int, pods: int, pending: int, warmup: int,
+                 seed: int, policy: str) -> None:
+        from scheduler_extender.app import create_app
+        from scheduler_extender.settings import ExtenderSettings
+        from scheduler_extender.state import MemoryState
+
+        logging.getLogger("gputopo.extender").setLevel(logging.ERROR)
+        topo = machine(name)
+        self.names = [f"n-{i:04d}" for i in range(nodes)]
+        self.state = MemoryState(dict.fromkeys(self.names, topo))
+        self.settings = ExtenderSettings(state="memory", policy=policy)
+        self.ext = create_app(self.settings, self.state).state.runtime.extender
+        self.running = _fill(self.ext, self.state, random.Random(seed))
+        self.pods, self.pending, self.warmup, self.seed = pods, pending, warmup, seed
+        self.cpu: list[float] = []  # CPU ms per timed pod
+        self.gc: list[float] = []  # of which the collector's
+
+    def start(self) -> None:
+        """Draw the stream's pods (the same for every ``pending``)."""
+        self.rng = random.Random(self.seed + 1)
+        future = random.Random(self.seed + 2)
+        self.queue = [pod(future, 10_000_000 + i) for i in range(self.pods + self.pending)]
+
+    def step(self, i: int, collecting: list[float]) -> None:
+        """Filter + prioritize pod ``i`` with the next ``pending`` pods pending (timed from
+        ``warmup`` on; ``collecting[0]``: the collector's CPU seconds so far), then bind it
+        to the best-scored node and end one running pod."""
+        from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
+
+        state, ext, queue = self.state, self.ext, self.queue
+        p = queue[i]
+        state.pending.clear()
+        for j, q in enumerate(queue[i + 1:i + 1 + self.pending]):
+            q["spec"]["schedulerName"] = state.pending.scheduler_name
+            q["metadata"]["creationTimestamp"] = f"2024-01-01T00:00:{j:02d}Z"
+            state.pending.observe(q)
+        args = ExtenderArgs.model_validate({"Pod": p, "NodeNames": self.names})
+        collected = collecting[0]
+        t = time.thread_time()
+        feasible = ext.filter(args)["NodeNames"] or []
+        scores = ext.prioritize(ExtenderArgs.model_validate(
+            {"Pod": p, "NodeNames": feasible})) if feasible else []
+        took = (time.thread_time() - t) * 1e3
+        if i >= self.warmup:
+            self.cpu.append(took)
+            self.gc.append((collecting[0] - collected) * 1e3)
+        if scores:
+            best = min(scores, key=lambda h: (-h["Score"], h["Host"]))["Host"]
+            res = ext.bind(ExtenderBindingArgs(PodName=p["metadata"]["name"],
+                                               PodNamespace="bench",
+                                               PodUID=p["metadata"]["uid"], Node=best))
+            if not res["Error"]:
+                self.running.append(p["metadata"]["name"])
+        if self.running:
+            state.delete_pod("bench", self.running.pop(self.rng.randrange(len(self.running))))
+
+    def summary(self) -> dict[str, Any]:
+        cpu = self.cpu
+        return {"p50_ms": round(pct(cpu, 50), 3), "p90_ms": round(pct(cpu, 90), 3),
+                "p99_ms": round(pct(cpu, 99), 3), "mean_ms": round(sum(cpu) / len(cpu), 3),
+                "pods_timed": len(cpu), "gc_ms": round(sum(self.gc), 1),
+                "load_at_end": [round(x, 2) for x in os.getloadavg()]}
+
+
+def _timed_collector() -> tuple[list[float], Any]:
+    """``[CPU seconds the collector ran, start of its current pass]`` and the
+    ``gc.callbacks`` entry that keeps it (installed; remove it when done)."""
+    collecting = [0.0, 0.0]
 
     def collector(phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -74,42 +135,54 @@ def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
             collecting[0] += time.thread_time() - collecting[1]
 
     gc.callbacks.append(collector)
-    gc_ms = 0.0
-    rng = random.Random(seed + 1)
-    future = random.Random(seed + 2)
-    queue = [pod(future, 10_000_000 + i) for i in range(pods + pending)]
-    cpu: list[float] = []
+    return collecting, collector
+
+
+def stream(name: str, nodes: int, pods: int, pending: int, warmup: int,
+           seed: int, policy: str = "gputopo", interpreter: str = "extender") -> dict[str, Any]:
+    """CPU ms of each pod's filter + prioritize over ``pods`` pods with ``pending`` pending,
+    the extender's default policy ``policy``; ``interpreter``: ``extender`` (set up as the
+    served extender's) or ``python`` (CPython's defaults)."""
+    from scheduler_extender.app import tune_interpreter
+
+    one = _Stream(name, nodes, pods, pending, warmup, seed, policy)
+    if interpreter == "extender":
+        tune_interpreter(one.settings.gil_switch_interval_ms / 1000)
+    collecting, collector = _timed_collector()
+    one.start()
     for i in range(pods):
-        p = queue[i]
-        state.pending.clear()
-        for j, q in enumerate(queue[i + 1:i + 1 + pending]):
-            q["spec"]["schedulerName"] = state.pending.scheduler_name
-            q["metadata"]["creationTimestamp"] = f"2024-01-01T00:00:{j:02d}Z"
-            state.pending.observe(q)
-        args = ExtenderArgs.model_validate({"Pod": p, "NodeNames": names})
-        collected = collecting[0]
-        t = time.thread_time()
-        feasible = ext.filter(args)["NodeNames"] or []
-        scores = ext.prioritize(ExtenderArgs.model_validate(
-            {"Pod": p, "NodeNames": feasible})) if feasible else []
-        took = (time.thread_time() - t) * 1e3
-        if i >= warmup:
-            cpu.append(took)
-            gc_ms += (collecting[0] - collected) * 1e3
-        if scores:
-            best = min(scores, key=lambda h: (-h["Score"], h["Host"]))["Host"]
-            res = ext.bind(ExtenderBindingArgs(PodName=p["metadata"]["name"],
-                                               PodNamespace="bench",
-                                               PodUID=p["metadata"]["uid"], Node=best))
-            if not res["Error"]:
-                running.append(p["metadata"]["name"])
-        if running:
-            state.delete_pod("bench", running.pop(rng.randrange(len(running))))
+        one.step(i, collecting)
     gc.callbacks.remove(collector)
-    return {"p50_ms": round(pct(cpu, 50), 3), "p90_ms": round(pct(cpu, 90), 3),
-            "p99_ms": round(pct(cpu, 99), 3), "mean_ms": round(sum(cpu) / len(cpu), 3),
-            "pods_timed": len(cpu), "gc_ms": round(gc_ms, 1),
-            "load_at_end": [round(x, 2) for x in os.getloadavg()]}
+    return one.summary()
+
+
+def interleaved(name: str, nodes: int, pods: int, pending: int, warmup: int, seed: int,
+                policy: str, interpreter: str = "extender") -> dict[str, Any]:
+    """Both streams in one fresh process, pod by pod: pod i of the stream with no pod pending,
+    then pod i of the stream with ``pending`` pending (the other way round for odd i). Each
+    stream has its own extender and cluster; what they share is the machine's state at the
+    time, so a change of the CPU's speed between two isolated processes (on a shared machine
+    the same stream's p50 moved 0.66-1.54 ms between runs ten seconds apart) does not land on
+    one stream only. Returns each stream's :func:`stream` figures and, per timed pod, the
+    CPU ms the stream with pending pods took more (``excess_ms``: median, p90 and mean)."""
+    from scheduler_extender.app import tune_interpreter
+
+    none = _Stream(name, nodes, pods, 0, warmup, seed, policy)
+    some = _Stream(name, nodes, pods, pending, warmup, seed, policy)
+    if interpreter == "extender":
+        tune_interpreter(none.settings.gil_switch_interval_ms / 1000)
+    collecting, collector = _timed_collector()
+    none.start()
+    some.start()
+    for i in range(pods):
+        for one in ((some, none) if i % 2 == 0 else (none, some)):
+            one.step(i, collecting)
+    gc.callbacks.remove(collector)
+    excess = [b - a for a, b in zip(none.cpu, some.cpu, strict=True)]
+    return {"none": none.summary(), "some": some.summary(),
+            "excess_ms": {"median": round(pct(excess, 50), 3),
+                          "p90": round(pct(excess, 90), 3),
+                          "mean": round(sum(excess) / len(excess), 3)}}
 
 
 def isolated(name: str, nodes: int, pods: int, pending: int, warmup: int, seed: int,
@@ -117,10 +190,14 @@ def isolated(name: str, nodes: int, pods: int, pending: int, warmup: int, seed: 
     """:func:`stream` in a fresh process: a stream run second in one process inherits the
     first one's heap (longer garbage collections) and warm caches, which moved the p99
     ratio by up to 1.5x depending on which stream went first."""
+    return _fresh(stream, name, nodes, pods, pending, warmup, seed, policy, interpreter)
+
+
+def _fresh(fn: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
+    """``fn(*args)`` in a fresh (spawned) process."""
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
-        return pool.submit(stream, name, nodes, pods, pending, warmup, seed, policy,
-                           interpreter).result()
+        return pool.submit(fn, *args).result()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -140,6 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--interpreter", choices=("extender", "python"), default="extender",
                     help="extender: garbage collector and GIL set up as the served extender's "
                          "(tune_interpreter); python: CPython's defaults (runs before session 5)")
+    ap.add_argument("--mode", choices=("isolated", "interleaved"), default="isolated",
+                    help="isolated: each stream in its own fresh process (the command of "
+                         "record); interleaved: both streams in one fresh process, pod by pod "
+                         "(see interleaved())")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     pols = [p for p in args.policies.split(",") if p.strip()]
@@ -150,33 +231,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, nodes in clusters:
             first: dict[str, Any] | None = None
             for policy in pols:
-                order = (args.pending, 0) if run % 2 else (0, args.pending)
-                got = {n: isolated(name, nodes, args.pods, n, args.warmup, args.seed, policy,
-                                   args.interpreter)
-                       for n in order}
-                none, some = got[0], got[args.pending]
+                extra: dict[str, Any] = {}
+                if args.mode == "interleaved":
+                    both = _fresh(interleaved, name, nodes, args.pods, args.pending,
+                                  args.warmup, args.seed, policy, args.interpreter)
+                    none, some = both["none"], both["some"]
+                    extra = {"excess_ms": both["excess_ms"]}
+                else:
+                    order = (args.pending, 0) if run % 2 else (0, args.pending)
+                    got = {n: isolated(name, nodes, args.pods, n, args.warmup, args.seed,
+                                       policy, args.interpreter)
+                           for n in order}
+                    none, some = got[0], got[args.pending]
                 first = none if first is None else first
                 row = {"run": run + 1, "machine": name, "nodes": nodes, "policy": policy,
-                       "interpreter": args.interpreter,
-                       "first_timed": "pending" if run % 2 else "none", "none": none,
+                       "interpreter": args.interpreter, "mode": args.mode,
+                       "first_timed": ("alternating" if args.mode == "interleaved"
+                                       else "pending" if run % 2 else "none"), "none": none,
                        f"pending_{args.pending}": some,
                        "ratio_p50": round(some["p50_ms"] / none["p50_ms"], 3),
                        "ratio_p99": round(some["p99_ms"] / none["p99_ms"], 3),
                        "ratio_p99_vs_first": round(some["p99_ms"] / first["p99_ms"], 3),
-                       "ratio_p50_vs_first": round(some["p50_ms"] / first["p50_ms"], 3)}
+                       "ratio_p50_vs_first": round(some["p50_ms"] / first["p50_ms"], 3),
+                       **extra}
                 rows.append(row)
                 print(f"run {run + 1} {name} x {nodes} {policy}: CPU ms per filter+prioritize, "
                       f"none p50 {none['p50_ms']} p99 {none['p99_ms']}; {args.pending} pending "
                       f"p50 {some['p50_ms']} p99 {some['p99_ms']}; ratio p50 {row['ratio_p50']} "
                       f"p99 {row['ratio_p99']}; p99 vs {pols[0]} with none "
                       f"{row['ratio_p99_vs_first']}; GC ms {none['gc_ms']} / {some['gc_ms']}; "
-                      f"load {some['load_at_end'][0]}", flush=True)
+                      + (f"excess per pod ms {extra['excess_ms']}; " if extra else "")
+                      + f"load {some['load_at_end'][0]}", flush=True)
     args.out.write_text(json.dumps({
         "benchmark": "lookahead-cpu",
         "command": f"python -m benchmarks.bench_lookahead --pods {args.pods} --pending "
                    f"{args.pending} --warmup {args.warmup} --seed {args.seed} --runs "
                    f"{args.runs} --clusters {args.clusters} --policies {args.policies} "
-                   f"--interpreter {args.interpreter}",
+                   f"--interpreter {args.interpreter} --mode {args.mode}",
         "python": platform.python_version(), "cpus": os.cpu_count(), "rows": rows,
     }, indent=2) + "\n")
     print(f"wrote {args.out}")
