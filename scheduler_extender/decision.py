@@ -46,6 +46,7 @@ live state — what preemption asks (kube-scheduler's ``ProcessPreemption``).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -351,6 +352,7 @@ class Decider:
         # state's log of changed views was read last
         self._homes: dict[bool, tuple[WaitingHomes, list[str], dict[str, object],
                                       dict[str, str | None], list[tuple[int, int] | None]]] = {}
+        self._homes_lock = threading.Lock()  # _waiting: the index, one thread at a time
         self._costs = _CostModel()
         # (policy, group, request id) -> Outcome / NodeScore; (group, request id) -> Outcome
         self._outcomes = BoundedCache(_GROUP_CACHE_SIZE)
@@ -378,7 +380,8 @@ class Decider:
         self._scores.clear()
         self._asked.clear()
         self._answers.clear()
-        self._homes.clear()
+        with self._homes_lock:
+            self._homes.clear()
 
     # ------------------------------------------------------------------ the entry point
     def decide(
@@ -512,19 +515,22 @@ class Decider:
         # (:meth:`_sync_homes`): a bind re-prices the groups of the nodes it changed
         names_of = getattr(self.state, "node_names", None)
         names = names_of() if callable(names_of) else [c.name for c in candidates]
-        index = self._sync_homes(names, by_free)
-        lists = index.waiting(ask.request.upcoming)
+        # preempt decides in the thread pool while filter and prioritize run: the index is
+        # brought up to date and read by one thread at a time
+        with self._homes_lock:
+            index = self._sync_homes(names, by_free)
+            lists = index.waiting(ask.request.upcoming)
+            # a candidate the state does not list weighs nothing (its own view may differ)
+            where = index.where
+            slots = [where.get(c.name, -1) for c in candidates] if lists else []
         if not lists:  # no node is a waiting job's one best home: the plain request on all
             if ask.pod_uid:
                 self._asked.put((ask.pod_uid, "parts"), {})
             part = _with_queue(ask, ())
             call = _Call(part, self._requests(part.request.key()), deadline, learn=learn)
             return self._grouped(call, candidates), [call] * len(candidates)
-        where = index.where
-        # a candidate the state does not list weighs nothing (its own view may differ)
         parts: dict[tuple[Upcoming, ...], list[int]] = {}
-        for pos, c in enumerate(candidates):
-            at = where.get(c.name, -1)
+        for pos, at in enumerate(slots):
             parts.setdefault(lists.get(at, ()) if at >= 0 else (), []).append(pos)
         if ask.pod_uid:  # what bind decides with on each node (none: the plain request)
             self._asked.put((ask.pod_uid, "parts"), {
