@@ -15,6 +15,7 @@ from scheduler_extender.state import MemoryState
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
 from tests.scheduler_extender.helpers import bind_args, gpu_pod, make_client, names_args
 from topology import catalog
+from topology.model import Topology
 from topology.patterns import ring
 from topology.policies.base import Request, Upcoming
 
@@ -252,11 +253,15 @@ def test_incremental_homes_match_a_from_scratch_computation() -> None:
         for n in names:
             view = st.node_view(n)
             if by_free:
-                view = view.by_free
+                free_view = view.by_free
+                assert free_view is not None
+                view = free_view
             key = view.group
+            topo = view.topology
+            assert isinstance(topo, Topology)
             if key not in index:
                 index[key] = len(groups)
-                groups.append([view.topology, view.state.mask(view.topology), 0])
+                groups.append([topo, view.state.mask(topo), 0])
             groups[index[key]][2] += 1
             where[n] = index[key]
         lists = waiting_by_node([tuple(g) for g in groups], jobs, decider.evaluator.memo)
