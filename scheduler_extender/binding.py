@@ -229,7 +229,7 @@ class Binder:
         policy = choose_policy(preq, self.policy, self.colocation_policy)
         request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
                                  pod.uid, self.lookahead_pods,
-                                 may_wait=preq.required_node is None)
+                                 may_wait=preq.may_wait)
         ask = Ask(request, policy, pod.uid, preq.required_node, demand=preq.demand)
         if ask.required_node is not None and ask.required_node != node:
             return self._fail(

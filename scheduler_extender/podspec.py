@@ -93,12 +93,26 @@ class PodRequest:
             (``gputopo.io/planned-node``), or None: any node.
         demand: what the kubelet's Topology Manager reads from the pod besides its GPUs
             (:func:`pod_demand`: Guaranteed CPUs, containers asking GPUs).
+        nominated: kube-scheduler has nominated a node for the pod
+            (``status.nominatedNodeName``, :func:`nominated_node_of`): it preempted pods
+            there, so it is placed on what their eviction freed rather than left waiting.
     """
 
     request: Request
     policy: str | None = None
     required_node: str | None = None
     demand: PodDemand = PodDemand()
+    nominated: bool = False
+
+    @property
+    def may_wait(self) -> bool:
+        """Whether the default policy's bounded postponement (issue 24) may make this pod
+        wait for a better set: not when the planner placed it (``required_node``), and not
+        when pods were evicted for it (``nominated``) — a preemptor that waits on a node
+        whose freed GPUs its threshold finds poor holds them idle and, the scheduler's own
+        filters seeing room there, can never preempt again (``SelectVictimsOnNode`` finds
+        no victim)."""
+        return self.required_node is None and not self.nominated
 
 
 _SUFFIX = {
@@ -399,7 +413,17 @@ def parse_pod(
             f"({RESOURCE_GPU_SHARED}); use one of {', '.join(colocation_policies())}"
         )
     return PodRequest(request=request, policy=policy, required_node=planned_node_of(pod),
-                      demand=pod_demand(pod))
+                      demand=pod_demand(pod), nominated=nominated_node_of(pod) is not None)
+
+
+def nominated_node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node kube-scheduler nominated for the pod (``status.nominatedNodeName``, set when
+    its preemption evicted pods there), or None. A value that is not a string or is empty
+    counts as none: the field is the scheduler's, not the user's, and only tells whether the
+    pod preempted."""
+    status = pod.get("status")
+    node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
+    return node if isinstance(node, str) and node else None
 
 
 def choose_policy(preq: PodRequest, default: str, colocation_default: str) -> str:

@@ -36,6 +36,14 @@ fewest, least important pods (the scheduler reprieves the most important first);
 nodes kept the scheduler's own ranking picks the fewest and lowest-priority victims. The
 extender's reduction is therefore per node: all of the proposal or nothing.
 
+**No postponement.** The preemptor is judged without the default policy's bounded
+postponement (``Request.wait_for_better``), and filter judges it the same way once
+kube-scheduler has nominated it (``PodRequest.may_wait``): a kept node's freed GPUs may be a
+set the policy would otherwise wait to improve on ({1,4,6,7} for a 4-GPU ring on a DGX-1), but
+pods are evicted for this one, and with them gone the scheduler's own filters see room on the
+node, so ``SelectVictimsOnNode`` finds no victim there again and the pod would wait with
+nothing to end the wait but ``postpone_max_s``.
+
 **PodDisruptionBudgets.** The reply repeats the scheduler's ``NumPDBViolations`` for every
 node kept: the victim set is unchanged, so the count is exact, and dropping a node never
 adds a violation. The extender adds no pod (the scheduler rejects a reply naming a pod it

@@ -142,11 +142,11 @@ class Extender:
         self.memo.remember(ref, preq)
         return ref, preq
 
-    def _ask(self, ref: PodRef, preq: PodRequest) -> Ask:
+    def _ask(self, ref: PodRef, preq: PodRequest, *, may_wait: bool = True) -> Ask:
         policy = choose_policy(preq, self.policy, self.colocation_policy)
         request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
                                  ref.uid, self.lookahead_pods,
-                                 may_wait=preq.required_node is None)
+                                 may_wait=may_wait and preq.may_wait)
         return Ask(request, policy, ref.uid, preq.required_node, demand=preq.demand)
 
     # ------------------------------------------------------------------ verbs
@@ -221,7 +221,8 @@ class Extender:
         if preq is None:
             return _preemption_result({n: p for n, p in proposals.items() if p.victims})
         try:
-            verdicts = self.preemption.judge(self._ask(ref, preq), proposals)
+            # judged as it will be filtered once nominated: without postponement
+            verdicts = self.preemption.judge(self._ask(ref, preq, may_wait=False), proposals)
         except BadRequest as exc:
             log.warning("preempt: pod %s: %s; no node is kept", ref, exc)
             self._count_preemption(0, len(proposals))

@@ -92,3 +92,49 @@ def test_a_planned_pod_never_waits() -> None:
     req = Request(count=3, pattern=ring(3))
     assert not with_lookahead(req, "gputopo", p, "uid-three", 8, may_wait=False).wait_for_better
     assert with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+
+
+def test_a_preemptor_is_placed_on_what_its_victims_free_not_postponed() -> None:
+    """The e2e preemption scene's failure (tests/e2e/test_preemption.py): a 4-GPU ring on a
+    DGX-1 whose 1-GPU victims free GPUs 1 and 4 beside the free 6 and 7. {1,4,6,7} gives 30 %
+    of the ideal EffBW by Eq. 2, under the 40 % a waiting ring holds out for; but pods are
+    evicted for this one, and kube-scheduler's own filters see room on the node, so it could
+    never preempt again: it must be placed there, neither dropped by the preempt verb nor
+    postponed by filter once nominated."""
+    from tests.scheduler_extender.test_extender_preemption import hold, kept, meta_args, preempt
+
+    state = MemoryState({"n1": catalog.get("dgx1-v100")})
+    uids = {g: hold(state, "n1", f"fill-{g}", [g]) for g in range(6)}
+    pod = gpu_pod("preemptor", 4, annotations=RING)
+    pod["metadata"]["creationTimestamp"] = "2024-01-01T00:00:00Z"
+    state.pending.observe(waiting("preemptor", 4) | {"metadata": pod["metadata"]})
+    assert state.pending.may_wait("uid-preemptor")
+    client = make_client(state)
+    # the preempt verb judges the victims as filter will judge the nominated pod: kept
+    reply = preempt(client, meta_args(pod, {"n1": [uids[1], uids[4]]}))
+    assert kept(reply) == {"n1": [uids[1], uids[4]]}
+    for g in (1, 4):
+        assert state.book.remove(uids[g]) is not None
+    # before the scheduler nominates it, the pod would wait for a better set ...
+    out = client.post("/filter", json=names_args(pod, ["n1"])).json()
+    assert out["NodeNames"] == [] and "postponed" in out["FailedNodes"]["n1"], out
+    assert "{1,4,6,7}" in out["FailedNodes"]["n1"] and "30%" in out["FailedNodes"]["n1"]
+    # ... once nominated (status.nominatedNodeName) it takes what the eviction freed
+    nominated = pod | {"status": {"nominatedNodeName": "n1"}}
+    nominated["metadata"] = pod["metadata"] | {"resourceVersion": "2"}
+    out = client.post("/filter", json=names_args(nominated, ["n1"])).json()
+    assert out["NodeNames"] == ["n1"], out
+    assert client.post("/bind", json={"PodName": "preemptor", "PodNamespace": "default",
+                                      "PodUID": "uid-preemptor", "Node": "n1"}).json() == {
+        "Error": ""}
+    alloc = state.allocation("uid-preemptor")
+    assert alloc is not None and sorted(alloc.gpus) == [1, 4, 6, 7]
+
+
+def test_nominated_node_of() -> None:
+    from scheduler_extender.podspec import nominated_node_of
+
+    assert nominated_node_of({"status": {"nominatedNodeName": "n1"}}) == "n1"
+    for pod in ({}, {"status": None}, {"status": {}}, {"status": {"nominatedNodeName": ""}},
+                {"status": {"nominatedNodeName": 3}}):
+        assert nominated_node_of(pod) is None
