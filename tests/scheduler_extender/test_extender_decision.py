@@ -285,3 +285,23 @@ def test_a_policy_that_fails_on_a_worker_fails_the_node_saying_so() -> None:
     (row,) = decider.decide(ask, [Candidate("big")], scored=True)
     assert not row.outcome.passes and not row.outcome.provisional and row.score == 0
     assert row.outcome.reason == "policy gputopo failed: ZeroDivisionError: bug"
+
+
+def test_with_queue_keeps_every_other_field_of_the_ask() -> None:
+    """``_with_queue`` builds the Ask positionally (it is on the lookahead's hot path): a field
+    added to Ask must be carried over there too, and this test says so."""
+    import dataclasses
+
+    from scheduler_extender.decision import _with_queue
+    from topology.numa_alignment import PodDemand
+    from topology.policies.base import Upcoming
+
+    ask = Ask(Request(count=3, pattern=ring(3), wait_for_better=True), "gputopo", "uid-1",
+              "n1", PodDemand(container_cpus=4, pod_cpus=4))
+    waiting = (Upcoming(count=2),)
+    out = _with_queue(ask, waiting)
+    assert out.request.upcoming == waiting and out.request.wait_for_better
+    for f in dataclasses.fields(Ask):
+        if f.name != "request":
+            assert getattr(out, f.name) == getattr(ask, f.name), f.name
+    assert dataclasses.replace(out, request=ask.request) == ask
