@@ -95,7 +95,9 @@ class PodRequest:
             (:func:`pod_demand`: Guaranteed CPUs, containers asking GPUs).
         nominated: kube-scheduler has nominated a node for the pod
             (``status.nominatedNodeName``, :func:`nominated_node_of`): it preempted pods
-            there, so it is placed on what their eviction freed rather than left waiting.
+            there, or (``NominatedNodeNameForExpectation``, on since 1.35) a binding cycle
+            that waits on PreBind or Permit already took it there. Either way it is placed,
+            not left waiting for a better set.
     """
 
     request: Request
@@ -417,8 +419,9 @@ def parse_pod(
 
 
 def nominated_node_of(pod: Mapping[str, Any]) -> str | None:
-    """The node kube-scheduler nominated for the pod (``status.nominatedNodeName``, set when
-    its preemption evicted pods there), or None. A value that is not a string or is empty
+    """The node kube-scheduler nominated for the pod (``status.nominatedNodeName``: set when
+    its preemption evicted pods there, and by a binding cycle that waits on PreBind or Permit,
+    ``schedule_one.go`` ``bindingCycle``), or None. A value that is not a string or is empty
     counts as none: the field is the scheduler's, not the user's, and only tells whether the
     pod preempted."""
     status = pod.get("status")
