@@ -61,6 +61,11 @@ WAIT_S = 90.0
 LATE_GPUS = (1, 4)
 
 
+def _started(pod: dict[str, Any]) -> bool:
+    """kwok has started the pod (``status.startTime`` set)."""
+    return bool((pod.get("status") or {}).get("startTime"))
+
+
 def _on(node: str) -> dict[str, str]:
     return {"kubernetes.io/hostname": node}
 
@@ -98,6 +103,7 @@ def build_scene(gc: GpuCluster, wait_s: float = WAIT_S) -> Scene:
         gc.create_pod(pod)
         gc.wait_bound([pod.name], wait_s)
         scene.shared.append(pod.name)
+
     def fill(node: str, name: str, prio: str) -> str:
         gc.create_pod(GpuPod(name, gpus=1, policy="baseline", node_selector=_on(node),
                              priority_class=prio))
@@ -108,15 +114,13 @@ def build_scene(gc: GpuCluster, wait_s: float = WAIT_S) -> Scene:
         names.extend(fill(node, f"{node}-fill-{i}", prio) for i in range(6))
     gc.wait_bound(scene.shared + scene.plain, wait_s)
     # the plain node's victims: restart the pods of GPUs 1 and 4 a second later
-    gc.wait_pods(scene.plain, lambda p: bool((p.get("status") or {}).get("startTime")),
-                 wait_s, "pods started")
+    gc.wait_pods(scene.plain, _started, wait_s, "pods started")
     time.sleep(1.1)
     early = [f"{PLAIN_NODE}-fill-{i}" for i in LATE_GPUS]
     gc.delete_pods(early, wait_s)
     late = [fill(PLAIN_NODE, f"{PLAIN_NODE}-late-{i}", MID[0]) for i in LATE_GPUS]
     scene.plain = [p for p in scene.plain if p not in early] + late
-    gc.wait_pods(late, lambda p: bool((p.get("status") or {}).get("startTime")),
-                 wait_s, "pods started")
+    gc.wait_pods(late, _started, wait_s, "pods started")
     return scene
 
 

@@ -423,7 +423,7 @@ def nominated_node_of(pod: Mapping[str, Any]) -> str | None:
     its preemption evicted pods there, and by a binding cycle that waits on PreBind or Permit,
     ``schedule_one.go`` ``bindingCycle``), or None. A value that is not a string or is empty
     counts as none: the field is the scheduler's, not the user's, and only tells whether the
-    pod preempted."""
+    pod was placed once already."""
     status = pod.get("status")
     node = status.get("nominatedNodeName") if isinstance(status, Mapping) else None
     return node if isinstance(node, str) and node else None
