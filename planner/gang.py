@@ -22,7 +22,8 @@ completion index, which the extender enforces pod by pod while it picks each pod
 and ``spec.suspend: false``. A gang that does not fit stays suspended: no pod, no GPU held.
 
 **Preemption, whole.** A waiting gang that would fit if some running gangs of lower priority
-were gone suspends them (lowest priority first, then the youngest) — the Job controller then
+were gone suspends them (lowest priority first, then the most recently admitted, as Kueue's
+``CandidatesOrdering``: the least work lost) — the Job controller then
 deletes all their pods at once — and is admitted at a later point, once their pods are gone.
 It preempts nothing while gangs it could use are still stopping.
 
@@ -48,6 +49,7 @@ from planner.jobs import (
     _time_or_none,
     format_time,
     gpu_container,
+    plan_of,
 )
 from topology.contract import (
     ANN_BW_SENSITIVE,
@@ -95,7 +97,10 @@ class ManagedGang(JobLifecycle):
         planned: completion index → node, from the template (empty until admitted).
         completed: indices whose pod has succeeded (``status.completedIndexes``): they hold
             nothing any more.
-        created_s: creation time, Unix seconds.
+        created_s: creation time, Unix seconds (the API's one-second resolution).
+        admitted_s: when the planner admitted it, Unix seconds to the millisecond (its
+            ``gputopo.io/plan``'s ``decidedAt`` while the plan's state is ``running``); None
+            when not running or admitted by no planner.
         error: why it cannot be admitted ("" when it can).
     """
 
@@ -117,6 +122,7 @@ class ManagedGang(JobLifecycle):
     planned: Mapping[int, str] = field(default_factory=dict)
     completed: frozenset[int] = frozenset()
     created_s: float = 0.0
+    admitted_s: float | None = None
     error: str = ""
 
     def gang(self) -> Gang:
@@ -165,6 +171,7 @@ def parse_gang(obj: Mapping[str, Any]) -> ManagedGang:
         finished="Complete" in conds or "Failed" in conds,
         created_s=_time_or_none(str(meta.get("creationTimestamp", ""))) or 0.0,
         completed=_indexes(str(status.get("completedIndexes") or "")),
+        admitted_s=_admitted_s(obj),
     )
     try:
         parallelism = int(spec.get("parallelism") or 1)
@@ -192,6 +199,15 @@ def parse_gang(obj: Mapping[str, Any]) -> ManagedGang:
         return gang
     except (ValueError, RequestError) as exc:
         return ManagedGang(error=str(exc), **base)  # type: ignore[arg-type]
+
+
+def _admitted_s(obj: Mapping[str, Any]) -> float | None:
+    """When the planner admitted this gang (its plan's ``decidedAt``, written in the admission
+    patch itself), or None when its plan is not ``running`` or unreadable."""
+    doc = plan_of(obj)
+    if doc is None or doc.get("state") != "running":
+        return None
+    return _time_or_none(str(doc.get("decidedAt") or ""))
 
 
 def _indexes(text: str) -> frozenset[int]:
@@ -358,6 +374,14 @@ def _take(nodes: list[GangNode], plan: GangPlan) -> None:
                                  n.network)
 
 
+def _victim_order(g: ManagedGang) -> tuple[int, float, float, str]:
+    """Which running gang of lower priority goes first: the lowest priority, then the most
+    recently admitted (Kueue's ``CandidatesOrdering``; to the millisecond, so two gangs created
+    in the same second are still told apart), then the youngest by creation."""
+    admitted = g.admitted_s if g.admitted_s is not None else g.created_s
+    return (g.priority, -admitted, -g.created_s, g.key)
+
+
 def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: Hierarchy,
            pods: Sequence[Mapping[str, Any]], *, chooser: str = "gputopo",
            evaluator: Evaluator | None = None) -> Admission:
@@ -401,7 +425,7 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
         trial = list(soon)
         for v in sorted((r for r in running if r.priority < g.priority
                          and r.uid not in preempted),
-                        key=lambda r: (r.priority, -r.created_s, r.key)):
+                        key=_victim_order):
             _free(trial, index, v, pods)
             victims.append(v)
             if _fits(choose_fn, trial, hierarchy, gang, ev):

@@ -6,7 +6,7 @@ index, on kwok DGX-1 V100 nodes labelled with a hierarchy (one block, two racks 
 Checked: a gang that fits a rack gets all its pods bound inside one rack, each on the node the
 planner wrote for its index, with the GPUs the extender chose (consistent bookings); a gang
 that does not fit waits suspended with no pod and no GPU; a gang of higher priority preempts
-the youngest running gang of lower priority whole — all its pods go — and takes its rack.
+the most recently admitted gang of lower priority whole — all its pods go — and takes its rack.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def test_gangs_are_admitted_whole_wait_holding_nothing_and_are_preempted_whole(
     assert batch.read_namespaced_job("train-b", NAMESPACE).spec.suspend is True
     assert gc.list_pods("batch.kubernetes.io/job-name=train-b") == []
 
-    # a gang of higher priority: the youngest gang of lower priority goes, whole
+    # a gang of higher priority: the most recently admitted gang of lower priority goes, whole
     batch.create_namespaced_job(NAMESPACE, gang_manifest("train-c", pods=2, gpus=8,
                                                          priority=10))
     c_pods = wait_bound(gc, planner, "train-c", 2)

@@ -169,7 +169,7 @@ def test_a_higher_priority_gang_preempts_a_running_one_whole() -> None:
     start_pods(api, "low2")
     api.add_job(gang("high", 3, 8, priority=10, created="2026-01-01T00:01:00Z"))
     r = p.reconcile("job-added")
-    # the youngest gang of the lowest priority goes, all of it at once
+    # the most recently admitted gang of the lowest priority goes, all of it at once
     assert r.suspended == ["ml/low2"] and api.jobs["low2"]["spec"]["suspend"] is True
     assert api.jobs["low"]["spec"]["suspend"] is False
     assert api.jobs["high"]["spec"]["suspend"] is True  # admitted once low2's pods are gone
@@ -181,6 +181,32 @@ def test_a_higher_priority_gang_preempts_a_running_one_whole() -> None:
     api.stop_pods("low2", "x")
     r = p.reconcile("job-stopped")
     assert r.resumed == ["ml/high"] and set(nodes_of(api, "high")) == set(nodes_of(api, "low2"))
+
+
+def test_the_most_recently_admitted_gang_goes_first_even_within_one_second() -> None:
+    # a and d are created in the same second (creationTimestamp has one-second resolution)
+    # and admitted 0.4 s apart: d, admitted last, has lost the least work, so it goes
+    # (Kueue's CandidatesOrdering); by creation time and then name, a would go instead
+    api = cluster()
+    now = [T0]
+    settings = PlannerSettings(leader_elect=False, metrics_port=0, max_iterations=50,
+                               debounce_s=0, restart_s=0)
+    p = Planner(api, settings, clock=lambda: now[0])
+    api.add_job(gang("a", 3, 8))
+    assert p.reconcile("job-added").resumed == ["ml/a"]
+    start_pods(api, "a")
+    now[0] = T0 + 0.4
+    api.add_job(gang("d", 3, 8))
+    assert p.reconcile("job-added").resumed == ["ml/d"]
+    start_pods(api, "d")
+    assert parse_gang(api.jobs["d"]).admitted_s == pytest.approx(T0 + 0.4)
+    now[0] = T0 + 1
+    api.add_job(gang("high", 3, 8, priority=10, created="2026-01-01T00:00:01Z"))
+    assert p.reconcile("job-added").suspended == ["ml/d"]
+    assert api.jobs["a"]["spec"]["suspend"] is False
+    # a preempted gang is no longer "admitted": its plan says so
+    assert parse_gang(api.jobs["d"]).admitted_s is None
+    assert parse_gang(gang("never", 1, 8)).admitted_s is None
 
 
 def test_required_level_and_invalid_gangs() -> None:
