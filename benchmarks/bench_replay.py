@@ -34,8 +34,13 @@ first create, in simulated seconds. The scheduler's and the extender's own laten
 and so counts in simulated time ``1000 / ms-per-s`` times over, against gputopo (it does more
 per pod): the comparison is conservative for it.
 
+**Repeats.** One stack's makespan on one stream moves by 5–9 % between runs (kube-scheduler's
+queue order depends on timing: ROBUST.md §3), more than gputopo's lead by Eq. 2. ``--repeats
+R`` runs R pairs per seed and judge, the stacks taking turns going first, and reports each
+stack's mean (every pair is kept under ``runs``).
+
 Run: ``.venv/bin/python -m benchmarks.bench_replay [--seeds 1,2,3] [--judges eq2,bottleneck]
-[--nodes 8] [--jobs 150] [--ms-per-s 25]``; prints a table and writes
+[--nodes 8] [--jobs 150] [--ms-per-s 25] [--repeats 1]``; prints a table and writes
 ``benchmarks/results/replay.json``. ``replay(...)`` is reusable: another scenario builds its own
 cluster and pods and calls it per stack.
 """
@@ -292,38 +297,91 @@ class DevicePlugins:
             self.busy[node].difference_update(gpus)
 
 
+def run_pair(gc: GpuCluster, wl_jobs: Sequence[Job], seed: int, judge: str, ms_per_s: float,
+             timeout_s: float, *, order: Sequence[str] = ("default", "gputopo"),
+             rep: int = 0) -> dict[str, Any]:
+    """Both stacks on one stream under one judge, in ``order``: one pair of runs."""
+    model = rt.judge_name(judge)
+    pair = {}
+    for stack in order:
+        reset(gc)
+        run = f"s{seed}-{judge}-{stack}" + (f"-r{rep}" if rep else "")
+        if stack == "gputopo":
+            gc.start_scheduler(with_backoff(scheduler_config(gc.extender.url)))
+            got = replay(gc, wl_jobs, stack=stack, judge=model, ms_per_s=ms_per_s,
+                         scheduler=gc.scheduler_name, annotate=True, allocate=None,
+                         run=run, timeout_s=timeout_s)
+        else:
+            gc.start_scheduler(with_backoff(DEFAULT_SCHEDULER_CONFIG),
+                               name="default-scheduler")
+            plugins = DevicePlugins(gc.nodes)
+            got = replay(gc, wl_jobs, stack=stack, judge=model, ms_per_s=ms_per_s,
+                         scheduler="default-scheduler", annotate=False,
+                         allocate=plugins.allocate, free=plugins.free,
+                         run=run, timeout_s=timeout_s)
+        pair[stack] = got.summary()
+        print(f"seed {seed} {model} {stack} (run {rep + 1}): {pair[stack]}", flush=True)
+    d, g = pair["default"], pair["gputopo"]
+    return {
+        "seed": seed, "judge": model, "order": list(order), "default": d, "gputopo": g,
+        "makespan_ratio": round(g["makespan_s"] / d["makespan_s"], 4),
+        "effbw_ratio_delta": round(g["mean_sensitive_effbw_ratio"]
+                                   - d["mean_sensitive_effbw_ratio"], 4),
+    }
+
+
+def combine(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Pairs of runs of one seed and judge as one row: each stack's mean summary, the ratio of
+    the mean makespans, the mean EffBW/ideal difference, and every pair under ``runs``.
+
+    One pair is its own row (``runs`` omitted). The mean is taken over stacks' runs, not over
+    per-pair ratios: the two stacks of a pair do not share their noise (ROBUST.md §3).
+
+    Raises:
+        ValueError: no run, or runs of different seeds or judges.
+    """
+    if not runs:
+        raise ValueError("no run to combine")
+    if len({(r["seed"], r["judge"]) for r in runs}) != 1:
+        raise ValueError("runs of different seeds or judges")
+    if len(runs) == 1:
+        return dict(runs[0])
+
+    def mean_summary(stack: str) -> dict[str, Any]:
+        rows = [r[stack] for r in runs]
+        out: dict[str, Any] = {"stack": stack, "judge": rows[0]["judge"], "runs": len(rows)}
+        for key in rows[0]:
+            vals = [row.get(key) for row in rows]
+            if key in out or not all(v is None or (isinstance(v, int | float)
+                                                   and not isinstance(v, bool)) for v in vals):
+                continue  # a label
+            nums = [float(v) for v in vals if v is not None]
+            out[key] = round(float(np.mean(nums)), 4) if nums else None
+        return out
+
+    d, g = mean_summary("default"), mean_summary("gputopo")
+    return {
+        "seed": runs[0]["seed"], "judge": runs[0]["judge"], "default": d, "gputopo": g,
+        "makespan_ratio": round(g["makespan_s"] / d["makespan_s"], 4),
+        "effbw_ratio_delta": round(g["mean_sensitive_effbw_ratio"]
+                                   - d["mean_sensitive_effbw_ratio"], 4),
+        "makespan_ratio_per_pair": [r["makespan_ratio"] for r in runs],
+        "runs": list(runs),
+    }
+
+
 def run_seed(gc: GpuCluster, seed: int, jobs_n: int, judges: Sequence[str], ms_per_s: float,
-             timeout_s: float) -> list[dict[str, Any]]:
-    """Both stacks under every judge on the stream of ``seed``."""
+             timeout_s: float, repeats: int = 1) -> list[dict[str, Any]]:
+    """Both stacks under every judge on the stream of ``seed``, ``repeats`` pairs each; the
+    stacks take turns going first (a drift of the machine's load favours neither)."""
     wl = load_workload(f"mapa:jobs={jobs_n}", seed=seed)
     rows = []
     for judge in judges:
-        model = rt.judge_name(judge)
-        pair = {}
-        for stack in ("default", "gputopo"):
-            reset(gc)
-            if stack == "gputopo":
-                gc.start_scheduler(with_backoff(scheduler_config(gc.extender.url)))
-                got = replay(gc, wl.jobs, stack=stack, judge=model, ms_per_s=ms_per_s,
-                             scheduler=gc.scheduler_name, annotate=True, allocate=None,
-                             run=f"s{seed}-{judge}-{stack}", timeout_s=timeout_s)
-            else:
-                gc.start_scheduler(with_backoff(DEFAULT_SCHEDULER_CONFIG),
-                                   name="default-scheduler")
-                plugins = DevicePlugins(gc.nodes)
-                got = replay(gc, wl.jobs, stack=stack, judge=model, ms_per_s=ms_per_s,
-                             scheduler="default-scheduler", annotate=False,
-                             allocate=plugins.allocate, free=plugins.free,
-                             run=f"s{seed}-{judge}-{stack}", timeout_s=timeout_s)
-            pair[stack] = got.summary()
-            print(f"seed {seed} {model} {stack}: {pair[stack]}", flush=True)
-        d, g = pair["default"], pair["gputopo"]
-        rows.append({
-            "seed": seed, "judge": model, "default": d, "gputopo": g,
-            "makespan_ratio": round(g["makespan_s"] / d["makespan_s"], 4),
-            "effbw_ratio_delta": round(g["mean_sensitive_effbw_ratio"]
-                                       - d["mean_sensitive_effbw_ratio"], 4),
-        })
+        runs = [run_pair(gc, wl.jobs, seed, judge, ms_per_s, timeout_s, rep=rep,
+                         order=("default", "gputopo") if rep % 2 == 0
+                         else ("gputopo", "default"))
+                for rep in range(repeats)]
+        rows.append(combine(runs))
     return rows
 
 
@@ -337,12 +395,16 @@ def reset(gc: GpuCluster) -> None:
 
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
-    lines = ["| seed | judge | default makespan s | gputopo makespan s | ratio | default mean "
-             "EffBW/ideal | gputopo | Δ |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| seed | judge | pairs | default makespan s | gputopo makespan s | ratio | "
+             "per pair | default mean EffBW/ideal | gputopo | Δ |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d, g = r["default"], r["gputopo"]
-        lines.append(f"| {r['seed']} | {r['judge']} | {d['makespan_s']:.0f} | "
-                     f"{g['makespan_s']:.0f} | {r['makespan_ratio']:.3f} | "
+        per_pair = r.get("makespan_ratio_per_pair", [r["makespan_ratio"]])
+        lines.append(f"| {r['seed']} | {r['judge']} | {len(per_pair)} | "
+                     f"{d['makespan_s']:.0f} | {g['makespan_s']:.0f} | "
+                     f"{r['makespan_ratio']:.3f} | "
+                     f"{' / '.join(f'{x:.3f}' for x in per_pair)} | "
                      f"{d['mean_sensitive_effbw_ratio']:.3f} | "
                      f"{g['mean_sensitive_effbw_ratio']:.3f} | {r['effbw_ratio_delta']:+.3f} |")
     return "\n".join(lines)
@@ -357,8 +419,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ms-per-s", type=float, default=25.0,
                     help="wall milliseconds per simulated second")
     ap.add_argument("--timeout", type=float, default=3600.0, help="wall seconds per run")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="pairs of runs per seed and judge, the stacks taking turns first; "
+                         "a row reports each stack's mean")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    if args.repeats < 1:
+        ap.error(f"--repeats must be at least 1 (got {args.repeats})")
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     judges = [j for j in args.judges.split(",") if j.strip()]
     rows: list[dict[str, Any]] = []
@@ -366,12 +433,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ControlPlane() as cp, GpuCluster(cp) as gc:
         gc.start([(f"dgx-{i}", MACHINE) for i in range(args.nodes)], scheduler=False)
         for seed in seeds:
-            rows.extend(run_seed(gc, seed, args.jobs, judges, args.ms_per_s, args.timeout))
+            rows.extend(run_seed(gc, seed, args.jobs, judges, args.ms_per_s, args.timeout,
+                                 args.repeats))
     doc = {
         "benchmark": "replay", "command": "python -m benchmarks.bench_replay "
         f"--seeds {args.seeds} --judges {args.judges} --nodes {args.nodes} --jobs {args.jobs} "
-        f"--ms-per-s {args.ms_per_s:g}",
-        "machine": MACHINE, "nodes": args.nodes, "jobs": args.jobs,
+        f"--ms-per-s {args.ms_per_s:g} --repeats {args.repeats}",
+        "repeats": args.repeats, "machine": MACHINE, "nodes": args.nodes, "jobs": args.jobs,
         "ms_per_simulated_s": args.ms_per_s,
         "python": platform.python_version(), "cpus": os.cpu_count(),
         "load_average_before_after": [round(x, 2) for x in (*load0, *os.getloadavg())],
