@@ -41,13 +41,11 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from scheduler_extender.decision import Ask, BadRequest, Decider
+from scheduler_extender.decision import BadRequest, Decider, ask_for
 from scheduler_extender.metrics import Metrics
-from scheduler_extender.pending import with_lookahead
 from scheduler_extender.podspec import (
     PodRequest,
     PodSpecError,
-    choose_policy,
     parse_pod,
     pod_identity,
 )
@@ -226,11 +224,10 @@ class Binder:
                 return self._fail(pod, node, why, "unknown-pod")
         if preq is None:  # pass-through pod: just bind
             return PendingBind(pod, node, None)
-        policy = choose_policy(preq, self.policy, self.colocation_policy)
-        request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
-                                 pod.uid, self.lookahead_pods,
-                                 may_wait=preq.may_wait)
-        ask = Ask(request, policy, pod.uid, preq.required_node, demand=preq.demand)
+        ask = ask_for(preq, pod.uid, policy=self.policy,
+                      colocation_policy=self.colocation_policy,
+                      pending=getattr(self.state, "pending", None),
+                      lookahead_pods=self.lookahead_pods)
         if ask.required_node is not None and ask.required_node != node:
             return self._fail(
                 pod, node, f"the gputopo planner placed this pod on node {ask.required_node}, "

@@ -55,6 +55,8 @@ from typing import Any, Literal, NamedTuple, cast
 from scheduler_extender.alignment import NUMAAlignment, Refusal
 from scheduler_extender.cache import BoundedCache
 from scheduler_extender.metrics import Metrics
+from scheduler_extender.pending import PendingPods, with_lookahead
+from scheduler_extender.podspec import PodRequest, choose_policy
 from scheduler_extender.state import (
     ClusterState,
     NodeTopologyError,
@@ -126,6 +128,29 @@ class Ask:
     pod_uid: str = ""
     required_node: str | None = None
     demand: PodDemand = PodDemand()
+
+
+def ask_for(preq: PodRequest, uid: str, *, policy: str, colocation_policy: str,
+            pending: PendingPods | None, lookahead_pods: int, may_wait: bool = True) -> Ask:
+    """The :class:`Ask` for a parsed pod — what filter, prioritize, preempt and bind decide.
+
+    Args:
+        preq: the parsed pod (:func:`scheduler_extender.podspec.parse_pod`).
+        uid: the pod's UID ("" when unknown).
+        policy, colocation_policy: the extender's defaults for whole-GPU and shared pods
+            (:func:`scheduler_extender.podspec.choose_policy`).
+        pending: the pending GPU pods the lookahead reads, or None (no view).
+        lookahead_pods: how many of them at most.
+        may_wait: False when the caller must not postpone the pod (the preempt verb); the pod
+            itself may also forbid it (``PodRequest.may_wait``: planned or nominated).
+
+    Raises:
+        UnknownPolicy: the chosen policy is not registered.
+    """
+    chosen = choose_policy(preq, policy, colocation_policy)
+    request = with_lookahead(preq.request, chosen, pending, uid, lookahead_pods,
+                             may_wait=may_wait and preq.may_wait)
+    return Ask(request, chosen, uid, preq.required_node, demand=preq.demand)
 
 
 class Candidate(NamedTuple):

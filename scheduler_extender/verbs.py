@@ -21,13 +21,18 @@ from typing import Any
 
 from scheduler_extender.binding import Binder, BindResult, PendingBind, RequestMemo
 from scheduler_extender.cache import BoundedCache
-from scheduler_extender.decision import Ask, BadRequest, Candidate, Decider, NodeDecision
+from scheduler_extender.decision import (
+    Ask,
+    BadRequest,
+    Candidate,
+    Decider,
+    NodeDecision,
+    ask_for,
+)
 from scheduler_extender.metrics import Metrics
-from scheduler_extender.pending import with_lookahead
 from scheduler_extender.podspec import (
     PodRequest,
     PodSpecError,
-    choose_policy,
     parse_pod,
     pod_identity,
 )
@@ -143,11 +148,10 @@ class Extender:
         return ref, preq
 
     def _ask(self, ref: PodRef, preq: PodRequest, *, may_wait: bool = True) -> Ask:
-        policy = choose_policy(preq, self.policy, self.colocation_policy)
-        request = with_lookahead(preq.request, policy, getattr(self.state, "pending", None),
-                                 ref.uid, self.lookahead_pods,
-                                 may_wait=may_wait and preq.may_wait)
-        return Ask(request, policy, ref.uid, preq.required_node, demand=preq.demand)
+        return ask_for(preq, ref.uid, policy=self.policy,
+                       colocation_policy=self.colocation_policy,
+                       pending=getattr(self.state, "pending", None),
+                       lookahead_pods=self.lookahead_pods, may_wait=may_wait)
 
     # ------------------------------------------------------------------ verbs
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
