@@ -321,9 +321,15 @@ def run_pair(gc: GpuCluster, wl_jobs: Sequence[Job], seed: int, judge: str, ms_p
                          run=run, timeout_s=timeout_s)
         pair[stack] = got.summary()
         print(f"seed {seed} {model} {stack} (run {rep + 1}): {pair[stack]}", flush=True)
-    d, g = pair["default"], pair["gputopo"]
+    return {"seed": seed, "judge": model, "order": list(order),
+            **_compared(pair["default"], pair["gputopo"])}
+
+
+def _compared(d: Mapping[str, Any], g: Mapping[str, Any]) -> dict[str, Any]:
+    """The two stacks' summaries (one run each, or each one's mean) and gputopo's makespan
+    ratio and mean sensitive EffBW/ideal difference against the default stack."""
     return {
-        "seed": seed, "judge": model, "order": list(order), "default": d, "gputopo": g,
+        "default": d, "gputopo": g,
         "makespan_ratio": round(g["makespan_s"] / d["makespan_s"], 4),
         "effbw_ratio_delta": round(g["mean_sensitive_effbw_ratio"]
                                    - d["mean_sensitive_effbw_ratio"], 4),
@@ -359,12 +365,9 @@ def combine(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = round(float(np.mean(nums)), 4) if nums else None
         return out
 
-    d, g = mean_summary("default"), mean_summary("gputopo")
     return {
-        "seed": runs[0]["seed"], "judge": runs[0]["judge"], "default": d, "gputopo": g,
-        "makespan_ratio": round(g["makespan_s"] / d["makespan_s"], 4),
-        "effbw_ratio_delta": round(g["mean_sensitive_effbw_ratio"]
-                                   - d["mean_sensitive_effbw_ratio"], 4),
+        "seed": runs[0]["seed"], "judge": runs[0]["judge"],
+        **_compared(mean_summary("default"), mean_summary("gputopo")),
         "makespan_ratio_per_pair": [r["makespan_ratio"] for r in runs],
         "runs": list(runs),
     }
