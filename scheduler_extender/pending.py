@@ -3,11 +3,23 @@
 The extender already watches every pod (:mod:`scheduler_extender.kubernetes_state`). A pod of
 this extender's scheduler (``spec.schedulerName``) that asks for whole GPUs, has no node yet and
 has not ended is *pending*; :class:`PendingPods` keeps them in the order kube-scheduler's
-queue pops them (``PrioritySort``: higher ``spec.priority`` first, then the older
-``metadata.creationTimestamp``; the name breaks ties) and hands a lookahead policy the first
+queue pops them and hands a lookahead policy the first
 :data:`~topology.policies.base.MAX_UPCOMING` of them other than the pod being decided, as data
 (:class:`~topology.policies.base.Upcoming`, in ``Request.upcoming``): the policy stays a pure
 function. Shares and co-location slots are not listed (the lookahead weighs whole GPUs).
+
+**Queue order.** kube-scheduler's ``PrioritySort`` pops the higher ``spec.priority`` first,
+then the pod that entered the queue earlier (``QueuedPodInfo.Timestamp``: when its informer
+delivered the pod, refreshed after each failed attempt; ``pkg/scheduler/framework/plugins/
+queuesort/priority_sort.go``, ``backend/queue/scheduling_queue.go``). The view orders by
+priority, then ``metadata.creationTimestamp``, then the order this watch first delivered the
+pods — the API's creation order, which is the order kube-scheduler's informer enqueues them —
+then the name. The timestamp has one-second resolution: a stream submitted at once (the
+replay's 150 pods) is ordered by the watch, ``job-1, job-2, …``, not by name (``job-1,
+job-10, job-100, …``). After a relist the watch order is the list's (by name) within a second.
+Failed attempts are not mirrored: a pod kube-scheduler's own filters reject never reaches the
+extender, and a pod this extender postponed is better left ahead in the view, as the job the
+next decisions should leave a good set for.
 
 **Bounded postponement.** The view also remembers when it first saw each pod pending: for a
 bandwidth-sensitive multi-GPU pod seen pending for less than :attr:`PendingPods.postpone_max_s`
@@ -24,6 +36,7 @@ decisions.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -68,8 +81,12 @@ class PendingPods:
         self.postpone_max_s = postpone_max_s
         self._clock = clock
         self._first_seen: dict[str, float] = {}
-        self._pods: dict[str, tuple[tuple[int, str, str], Upcoming]] = {}
-        self._order: list[tuple[tuple[int, str, str], str]] | None = []
+        # uid -> when the watch first delivered it (a sequence number: its queue position
+        # among pods created in one second; module docstring, "Queue order")
+        self._seq: dict[str, int] = {}
+        self._next = itertools.count()
+        self._pods: dict[str, tuple[tuple[int, str, int, str], Upcoming]] = {}
+        self._order: list[tuple[tuple[int, str, int, str], str]] | None = []
         # (exclude, limit) -> upcoming()'s answer while the queue is unchanged (_order):
         # filter, prioritize and bind of one pod ask alike
         self._listed: dict[tuple[str, int], tuple[Upcoming, ...]] = {}
@@ -84,12 +101,16 @@ class PendingPods:
     def add(self, uid: str, upcoming: Upcoming, *, priority: int = 0, created: str = "",
             name: str = "") -> None:
         """Keep (or update) pending pod ``uid``; ``created`` is its RFC 3339 creation time
-        (strings of one format sort by time)."""
+        (strings of one format sort by time). A pod first added before another of the same
+        priority and creation second comes first (module docstring, "Queue order")."""
         with self._lock:
             if len(self._shapes) >= _SHAPES_MAX:
                 self._shapes.clear()
             upcoming = self._shapes.setdefault(upcoming, upcoming)
-            self._pods[uid] = ((-priority, created, name), upcoming)
+            seq = self._seq.get(uid)
+            if seq is None:
+                seq = self._seq[uid] = next(self._next)
+            self._pods[uid] = ((-priority, created, seq, name), upcoming)
             self._first_seen.setdefault(uid, self._clock())
             self._order = None
 
@@ -97,6 +118,7 @@ class PendingPods:
         """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
         with self._lock:
             self._first_seen.pop(uid, None)
+            self._seq.pop(uid, None)
             if self._pods.pop(uid, None) is not None:
                 self._order = None
 
@@ -105,6 +127,7 @@ class PendingPods:
         with self._lock:
             self._pods.clear()
             self._first_seen.clear()
+            self._seq.clear()
             self._order = []
             self._listed = {}
 

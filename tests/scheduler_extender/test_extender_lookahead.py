@@ -127,6 +127,28 @@ def test_pending_pods_in_queue_order() -> None:
     assert len(p) == 1
 
 
+def test_pods_created_in_one_second_wait_in_the_order_the_watch_delivered_them() -> None:
+    """creationTimestamp has one-second resolution: a stream submitted at once is ordered as
+    kube-scheduler's informer enqueued it (the watch's order), not by name (job-1, job-10,
+    job-2); an update keeps a pod's place, a pod seen again after it left goes last."""
+    p = PendingPods("gputopo-scheduler")
+    for name, gpus in (("job-1", 2), ("job-2", 3), ("job-10", 4)):
+        p.observe(waiting(name, gpus))
+    assert [u.count for u in p.upcoming()] == [2, 3, 4]
+    p.observe(waiting("job-1", 5))  # updated while pending: same place
+    assert [u.count for u in p.upcoming()] == [5, 3, 4]
+    p.discard("uid-job-1")
+    p.observe(waiting("job-1", 2))
+    assert [u.count for u in p.upcoming()] == [3, 4, 2]
+    # the older second still comes first, whatever the watch's order
+    p.observe(waiting("old", 1, created="2023-12-31T23:59:59Z"))
+    assert [u.count for u in p.upcoming()] == [1, 3, 4, 2]
+    p.clear()  # a relist: the list's order (by name) within one second
+    for name, gpus in (("job-10", 4), ("job-2", 3)):
+        p.observe(waiting(name, gpus))
+    assert [u.count for u in p.upcoming()] == [4, 3]
+
+
 def test_pending_pods_answer_again_until_the_queue_changes() -> None:
     """The queue is listed once while it is unchanged (filter, prioritize and bind of one pod
     ask alike) and again after any pod is added, updated, dropped or cleared; pods of one
