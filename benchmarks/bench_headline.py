@@ -289,31 +289,38 @@ class Replay:
                                                                st.bound.values())
                     if st.started is None and st.partial_since is not None and \
                             now - st.partial_since > limit:
-                        st.timeouts += 1
-                        st.partial_since = None
-                        victims.append((name, list(st.bound)))
+                        victims.append((name, self._give_up(st)))
             last = now
-            for name, _ in victims:
+            for name, old in victims:
                 try:
-                    self._restart(self.jobs[name])
+                    self._restart(self.jobs[name], old)
                 except Exception as exc:  # noqa: BLE001 - keep watching; reported
                     self.errors.append(f"{name}: restart failed: {exc}")
                     print(f"  {name}: restart failed: {' '.join(str(exc).split())[:300]}",
                           flush=True)
 
-    def _restart(self, st: JobState) -> None:
-        """The rendezvous gave up: the training job fails and is submitted again (a new Job
-        object: its pods come back at once, not after the Job controller's failure backoff,
-        which is not scaled with the replay's time)."""
+    def _give_up(self, st: JobState) -> str:
+        """The rendezvous of ``st``'s current Job timed out: its pods hold nothing from now on
+        (``_restart`` deletes them) and the events of its pods are ignored; returns the old
+        Job's name. Called under ``self.lock``, in the same critical section that saw the gang
+        not started: a pod bound in between must not start a gang that is being given up (its
+        replacement would then never be started, and the replay would never end)."""
+        st.timeouts += 1
+        st.partial_since = None
+        old = st.kname
+        for node, gpus in st.bound.values():
+            self.used[node] -= set(gpus)
+        st.bound.clear()
+        st.kname = f"{job_name(st.job)}-r{st.timeouts}"
+        return old
+
+    def _restart(self, st: JobState, old: str) -> None:
+        """The rendezvous gave up (``_give_up``): the training job fails and is submitted again
+        (a new Job object: its pods come back at once, not after the Job controller's failure
+        backoff, which is not scaled with the replay's time)."""
         from kubernetes import client as k8s
 
         batch = k8s.BatchV1Api(self.gc.cp.api_client())
-        old = st.kname
-        with self.lock:  # the old Job's pods hold nothing from now on (they are deleted)
-            for node, gpus in st.bound.values():
-                self.used[node] -= set(gpus)
-            st.bound.clear()
-            st.kname = f"{job_name(st.job)}-r{st.timeouts}"
         try:
             batch.delete_namespaced_job(old, NAMESPACE, propagation_policy="Background",
                                         grace_period_seconds=0)
