@@ -13,8 +13,8 @@ then the pod that entered the queue earlier (``QueuedPodInfo.Timestamp``: when i
 delivered the pod, refreshed after each failed attempt; ``pkg/scheduler/framework/plugins/
 queuesort/priority_sort.go``, ``backend/queue/scheduling_queue.go``). The view orders by
 priority, then ``metadata.creationTimestamp``, then the order this watch first delivered the
-pods — the API's creation order, which is the order kube-scheduler's informer enqueues them —
-then the name. The timestamp has one-second resolution: a stream submitted at once (the
+pods — the API's creation order, which is the order kube-scheduler's informer enqueues them.
+The timestamp has one-second resolution: a stream submitted at once (the
 replay's 150 pods) is ordered by the watch, ``job-1, job-2, …``, not by name (``job-1,
 job-10, job-100, …``). After a relist the watch order is the list's (by name) within a second.
 Failed attempts are not mirrored: a pod kube-scheduler's own filters reject never reaches the
@@ -85,8 +85,8 @@ class PendingPods:
         # among pods created in one second; module docstring, "Queue order")
         self._seq: dict[str, int] = {}
         self._next = itertools.count()
-        self._pods: dict[str, tuple[tuple[int, str, int, str], Upcoming]] = {}
-        self._order: list[tuple[tuple[int, str, int, str], str]] | None = []
+        self._pods: dict[str, tuple[tuple[int, str, int], Upcoming]] = {}
+        self._order: list[tuple[tuple[int, str, int], str]] | None = []
         # (exclude, limit) -> upcoming()'s answer while the queue is unchanged (_order):
         # filter, prioritize and bind of one pod ask alike
         self._listed: dict[tuple[str, int], tuple[Upcoming, ...]] = {}
@@ -98,8 +98,8 @@ class PendingPods:
     def __len__(self) -> int:
         return len(self._pods)
 
-    def add(self, uid: str, upcoming: Upcoming, *, priority: int = 0, created: str = "",
-            name: str = "") -> None:
+    def add(self, uid: str, upcoming: Upcoming, *, priority: int = 0,
+            created: str = "") -> None:
         """Keep (or update) pending pod ``uid``; ``created`` is its RFC 3339 creation time
         (strings of one format sort by time). A pod first added before another of the same
         priority and creation second comes first (module docstring, "Queue order")."""
@@ -110,7 +110,7 @@ class PendingPods:
             seq = self._seq.get(uid)
             if seq is None:
                 seq = self._seq[uid] = next(self._next)
-            self._pods[uid] = ((-priority, created, seq, name), upcoming)
+            self._pods[uid] = ((-priority, created, seq), upcoming)
             self._first_seen.setdefault(uid, self._clock())
             self._order = None
 
@@ -165,8 +165,7 @@ class PendingPods:
             return
         priority = spec.get("priority")
         self.add(uid, up, priority=priority if isinstance(priority, int) else 0,
-                 created=str(meta.get("creationTimestamp") or ""),
-                 name=f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}")
+                 created=str(meta.get("creationTimestamp") or ""))
 
     def upcoming(self, exclude: str = "", limit: int = MAX_UPCOMING) -> tuple[Upcoming, ...]:
         """The first ``limit`` pending pods in queue order, ``exclude`` (a UID) left out."""
