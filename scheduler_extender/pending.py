@@ -80,10 +80,10 @@ class PendingPods:
         self.scheduler_name = scheduler_name
         self.postpone_max_s = postpone_max_s
         self._clock = clock
-        self._first_seen: dict[str, float] = {}
-        # uid -> when the watch first delivered it (a sequence number: its queue position
-        # among pods created in one second; module docstring, "Queue order")
-        self._seq: dict[str, int] = {}
+        # uid -> when the watch first delivered it: a sequence number (its queue position
+        # among pods created in one second; module docstring, "Queue order") and the clock
+        # (the start of its bounded postponement)
+        self._first_seen: dict[str, tuple[int, float]] = {}
         self._next = itertools.count()
         self._pods: dict[str, tuple[tuple[int, str, int], Upcoming]] = {}
         self._order: list[tuple[tuple[int, str, int], str]] | None = []
@@ -107,18 +107,16 @@ class PendingPods:
             if len(self._shapes) >= _SHAPES_MAX:
                 self._shapes.clear()
             upcoming = self._shapes.setdefault(upcoming, upcoming)
-            seq = self._seq.get(uid)
-            if seq is None:
-                seq = self._seq[uid] = next(self._next)
-            self._pods[uid] = ((-priority, created, seq), upcoming)
-            self._first_seen.setdefault(uid, self._clock())
+            seen = self._first_seen.get(uid)
+            if seen is None:
+                seen = self._first_seen[uid] = (next(self._next), self._clock())
+            self._pods[uid] = ((-priority, created, seen[0]), upcoming)
             self._order = None
 
     def discard(self, uid: str) -> None:
         """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
         with self._lock:
             self._first_seen.pop(uid, None)
-            self._seq.pop(uid, None)
             if self._pods.pop(uid, None) is not None:
                 self._order = None
 
@@ -127,7 +125,6 @@ class PendingPods:
         with self._lock:
             self._pods.clear()
             self._first_seen.clear()
-            self._seq.clear()
             self._order = []
             self._listed = {}
 
@@ -135,8 +132,8 @@ class PendingPods:
         """Pod ``uid`` is pending here and was first seen pending less than
         :attr:`postpone_max_s` ago (module docstring, "Bounded postponement")."""
         with self._lock:
-            first = self._first_seen.get(uid)
-            return first is not None and self._clock() - first < self.postpone_max_s
+            seen = self._first_seen.get(uid)
+            return seen is not None and self._clock() - seen[1] < self.postpone_max_s
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Apply one pod as the watch sees it: keep it when it is this scheduler's, asks for
