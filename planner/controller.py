@@ -29,6 +29,7 @@ Only one replica acts: with ``leader_elect`` the planner holds a coordination.k8
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -154,6 +155,10 @@ class Planner:
         self._trigger = "start"
         self._segments: dict[str, _Segment] = {}
         self._known: dict[str, ManagedJob] = {}  # uid -> last seen (watch)
+        # uid -> the order the watch (or, for a Job it has not delivered yet, a list) first
+        # showed the Job: the gangs' queue order within one creation second
+        self._first_seen: dict[str, int] = {}
+        self._next_seen = itertools.count()
         self._warned: set[str] = set()
         self._finished: dict[str, float] = {}  # uid -> tardiness cost, EUR
         self._profiles = ProfileDocument.model_validate({})
@@ -184,8 +189,10 @@ class Planner:
             old = self._known.get(job.uid)
             if event_type == "DELETED":
                 self._known.pop(job.uid, None)
+                self._first_seen.pop(job.uid, None)
             else:
                 self._known[job.uid] = job
+                self._see(job.uid)
             self._record_epochs(job, now)
         if event_type == "DELETED":
             self.wake("job-deleted")
@@ -195,6 +202,12 @@ class Planner:
             self.wake("job-finished")
         elif job.waiting and not old.waiting:
             self.wake("job-stopped")
+
+    def _see(self, uid: str) -> None:
+        """Rank ``uid`` after every Job seen before it, the first time it is seen (caller
+        holds the lock)."""
+        if uid and uid not in self._first_seen:
+            self._first_seen[uid] = next(self._next_seen)
 
     def _record_epochs(self, job: ManagedJob, now: float) -> None:
         seg = self._segments.get(job.uid)
@@ -268,7 +281,16 @@ class Planner:
         result = RoundResult(now, trigger)
         self.metrics.points.labels(trigger).inc()
         nodes_json = self.api.list_nodes()
+        with self._lock:
+            mark = next(self._next_seen)  # Jobs first seen from here on may be newer than the list
         jobs_json, _ = self.api.list_jobs()
+        listed = {str((o.get("metadata") or {}).get("uid", "")) for o in jobs_json}
+        with self._lock:
+            gone = [u for u, seq in self._first_seen.items() if seq < mark and u not in listed]
+            for uid in gone:  # deleted while the watch was away
+                del self._first_seen[uid]
+            for o in jobs_json:  # Jobs the watch has not delivered yet: in the list's order
+                self._see(str((o.get("metadata") or {}).get("uid", "")))
         pods = self.api.list_pods()
         doc = self._load_profiles()
         power_table = {**BUILTIN_POWER, **doc.power_profiles()}
@@ -435,8 +457,11 @@ class Planner:
             if line not in self._warned:
                 self._warned.add(line)
                 log.warning("gangs: %s; not used", line)
+        with self._lock:
+            first_seen = dict(self._first_seen)
         decision = decide(gangs, nodes, self.hierarchy, pods,
-                          chooser=self.settings.gang_chooser, evaluator=self.gang_evaluator)
+                          chooser=self.settings.gang_chooser, evaluator=self.gang_evaluator,
+                          first_seen=first_seen)
         for g in decision.invalid:
             if g.uid not in self._warned:
                 self._warned.add(g.uid)

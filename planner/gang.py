@@ -14,7 +14,9 @@ and ``gputopo.io/bandwidth-sensitive`` (each pod's), and on the Job ``gputopo.io
 
 At every rescheduling point (:meth:`planner.controller.Planner.reconcile`) the waiting gangs
 are taken by priority, then age (Kueue's BestEffortFIFO: one that does not fit is passed
-over), and each is admitted only when *every* pod fits inside one domain
+over; gangs created in the same second — ``creationTimestamp`` has one-second resolution — in
+the order the planner's Job watch first delivered them, the API's creation order, not by
+name), and each is admitted only when *every* pod fits inside one domain
 (:func:`topology.gang.choose`: the tightest domain, by bandwidth, then PreservedBW). Admitting
 is one patch (:func:`admission_patch`) of the suspended Job: its pod template gets a required
 node affinity to the chosen nodes, and ``gputopo.io/planned-nodes`` — the node of every
@@ -384,10 +386,15 @@ def _victim_order(g: ManagedGang) -> tuple[int, float, float, str]:
 
 def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: Hierarchy,
            pods: Sequence[Mapping[str, Any]], *, chooser: str = "gputopo",
-           evaluator: Evaluator | None = None) -> Admission:
+           evaluator: Evaluator | None = None,
+           first_seen: Mapping[str, int] | None = None) -> Admission:
     """Admit, preempt or keep waiting (module docstring). ``nodes`` already count every GPU in
     use or promised; stopping gangs' GPUs count as free for deciding whether to preempt (they
-    are on their way out), never for admitting."""
+    are on their way out), never for admitting.
+
+    ``first_seen`` (Job UID → rank) orders waiting gangs of one priority and creation second:
+    the order the caller's watch first delivered them (the API's creation order). Gangs it does
+    not rank come after those it does, then by ``namespace/name``."""
     ev = evaluator or Evaluator()
     choose_fn = CHOOSERS[chooser]
     out = Admission()
@@ -395,8 +402,9 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
     index = {n.name: i for i, n in enumerate(current)}
     running = [g for g in gangs if g.running and not g.error]
     stopping = [g for g in gangs if g.stopping]
-    waiting = sorted((g for g in gangs if g.waiting), key=lambda g: (-g.priority, g.created_s,
-                                                                     g.key))
+    seen = first_seen or {}
+    waiting = sorted((g for g in gangs if g.waiting),
+                     key=lambda g: (-g.priority, g.created_s, seen.get(g.uid, math.inf), g.key))
     preempted: set[str] = set()
     for g in waiting:
         if g.error:

@@ -209,6 +209,27 @@ def test_the_most_recently_admitted_gang_goes_first_even_within_one_second() -> 
     assert parse_gang(gang("never", 1, 8)).admitted_s is None
 
 
+def test_gangs_created_in_one_second_wait_in_the_order_the_watch_delivered_them() -> None:
+    """Three gangs that each need a whole rack, created in one second (creationTimestamp has
+    one-second resolution): the API lists them by name (job-10, job-8, job-9) but the watch
+    delivers them in creation order (job-8, job-9, job-10), and that order decides which two
+    are admitted, not the name."""
+    api = cluster()
+    objs = {name: gang(name, 3, 8) for name in ("job-10", "job-8", "job-9")}
+    for obj in objs.values():  # the list's order
+        api.add_job(obj)
+    p = planner(api)
+    for name in ("job-8", "job-9", "job-10"):  # the watch's order
+        p.observe("ADDED", objs[name])
+    assert sorted(p.reconcile("job-added").resumed) == ["ml/job-8", "ml/job-9"]
+    assert api.jobs["job-10"]["spec"]["suspend"] is True
+    # a planner that has seen only the list (just started) takes the list's order
+    fresh = cluster()
+    for obj in objs.values():
+        fresh.add_job(copy.deepcopy(obj))
+    assert sorted(planner(fresh).reconcile("start").resumed) == ["ml/job-10", "ml/job-8"]
+
+
 def test_required_level_and_invalid_gangs() -> None:
     api = cluster()
     api.add_job(gang("wide", 4, 8, extra={ANN_TOPOLOGY_REQUIRED: LABEL_RACK}))
