@@ -461,7 +461,8 @@ class Planner:
             first_seen = dict(self._first_seen)
         decision = decide(gangs, nodes, self.hierarchy, pods,
                           chooser=self.settings.gang_chooser, evaluator=self.gang_evaluator,
-                          first_seen=first_seen)
+                          first_seen=first_seen, now_s=now,
+                          postpone_max_s=self.settings.postpone_max_s)
         for g in decision.invalid:
             if g.uid not in self._warned:
                 self._warned.add(g.uid)

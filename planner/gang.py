@@ -29,6 +29,17 @@ were gone suspends them (lowest priority first, then the most recently admitted,
 deletes all their pods at once — and is admitted at a later point, once their pods are gone.
 It preempts nothing while gangs it could use are still stopping.
 
+**Postponement** (issue 24; the ``gputopo`` chooser). A gang of one bandwidth-sensitive pod
+of several GPUs is what the extender would place as a lone pod, and it waits the same way:
+its request carries ``wait_for_better`` (:func:`topology.gang.with_postponement`), so the
+default policy refuses a node whose free GPUs offer no set at its threshold of the ideal
+EffBW (Amaral et al. SC'17, Algorithm 1's postponement;
+:func:`topology.policies.default.postpone_below`: on a DGX-1 V100 a 3-GPU ring waits rather
+than take {1,5,6}), and the gang stays suspended until a point where
+some node offers one, or until ``postpone_max_s`` (1 800 s) after its Job was created; an idle
+node is never refused. A postponed gang preempts nothing: it could start now. Gangs of several
+pods are not postponed (a gang's bandwidth is mostly its NICs', and its pods start together).
+
 What the node states count (:func:`gang_nodes`): the GPUs of every pod bound to the node that
 is not finished (its ``gputopo.io/gpu-indices`` when the extender bound it, else as many GPUs
 as it asks for), and the GPUs promised to pods not bound yet: the pods of admitted gangs and
@@ -69,13 +80,22 @@ from topology.contract import (
     format_planned_nodes,
     parse_planned_nodes,
 )
-from topology.gang import Gang, GangNode, GangNoFit, GangPlan, choose, choose_kueue
+from topology.gang import (
+    Gang,
+    GangNode,
+    GangNoFit,
+    GangPlan,
+    choose,
+    choose_kueue,
+    with_postponement,
+)
 from topology.hierarchy import Hierarchy, HierarchyError
 from topology.model import Topology, TopologyError
 from topology.network import NetworkError, NodeNetwork, from_labels
 from topology.network import loads as load_network
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import NodeState, Request, RequestError
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.evaluate import Evaluator
 from topology.serialization import loads as load_topology
 
@@ -387,10 +407,17 @@ def _victim_order(g: ManagedGang) -> tuple[int, float, float, str]:
 def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: Hierarchy,
            pods: Sequence[Mapping[str, Any]], *, chooser: str = "gputopo",
            evaluator: Evaluator | None = None,
-           first_seen: Mapping[str, int] | None = None) -> Admission:
+           first_seen: Mapping[str, int] | None = None, now_s: float | None = None,
+           postpone_max_s: float = POSTPONE_MAX_S) -> Admission:
     """Admit, preempt or keep waiting (module docstring). ``nodes`` already count every GPU in
     use or promised; stopping gangs' GPUs count as free for deciding whether to preempt (they
     are on their way out), never for admitting.
+
+    With the ``gputopo`` chooser and ``now_s`` (Unix seconds), a gang of one bandwidth-sensitive
+    multi-GPU pod created less than ``postpone_max_s`` seconds ago is admitted only where the
+    default policy's bounded postponement lets it start (module docstring, "Postponement"): a
+    gang the cluster could hold now but only on poor GPU sets keeps waiting, and preempts
+    nothing for a better set.
 
     ``first_seen`` (Job UID → rank) orders waiting gangs of one priority and creation second:
     the order the caller's watch first delivered them (the API's creation order). Gangs it does
@@ -410,13 +437,21 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
         if g.error:
             out.invalid.append(g)
             continue
+        patient: Gang | None = None
         try:
             gang = g.gang()
-            plan = choose_fn(current, hierarchy, gang, evaluator=ev)
+            if chooser == "gputopo" and now_s is not None:
+                patient = with_postponement(gang, now_s - g.created_s, postpone_max_s)
+            plan = choose_fn(current, hierarchy, patient or gang, evaluator=ev)
         except (RequestError, HierarchyError) as exc:
             out.invalid.append(ManagedGang(**{**g.__dict__, "error": str(exc)}))
             continue
         except GangNoFit as exc:
+            if patient is not None and _fits(choose_fn, current, hierarchy, gang, ev):
+                left = postpone_max_s - (now_s or 0.0) + g.created_s
+                out.waiting.append((g, f"waiting for a better GPU set (at most {left:.0f} s "
+                                       f"more): {exc}"))
+                continue
             why = str(exc)
         else:
             out.admit.append((g, plan))

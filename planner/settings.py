@@ -27,6 +27,7 @@ from topology.planning.andreas import (
     DEFAULT_RHO,
 )
 from topology.planning.energy import DEFAULT_EUR_PER_KWH, DEFAULT_PUE
+from topology.policies.default import POSTPONE_MAX_S
 from topology.settings_file import (
     FileBackedSettings,
     SettingsError,
@@ -79,6 +80,10 @@ class PlannerSettings(FileBackedSettings):
             HierarchySpec`); None = block > rack > ``nvidia.com/gpu.clique`` > node.
         gang_chooser: ``gputopo`` (tightest domain by bandwidth, then PreservedBW) or
             ``kueue-tas`` (Kueue's best fit) — :mod:`planner.gang`.
+        postpone_max_s: how long a gang of one bandwidth-sensitive multi-GPU pod may wait for
+            a better GPU set, s from the Job's creation (0 = never; the ``gputopo`` chooser
+            only): the default policy's bounded postponement, as the extender's
+            ``postpone_max_s`` for pods it places (:func:`topology.gang.with_postponement`).
     """
 
     model_config = SettingsConfigDict(
@@ -111,6 +116,7 @@ class PlannerSettings(FileBackedSettings):
     log_level: Literal["debug", "info", "warning", "error", "critical"] = "info"
     hierarchy: dict[str, Any] | None = None
     gang_chooser: Literal["gputopo", "kueue-tas"] = "gputopo"
+    postpone_max_s: float = Field(default=POSTPONE_MAX_S, ge=0, le=7 * 24 * 3600)
 
     @field_validator("hierarchy")
     @classmethod

@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from topology.hierarchy import (
     Domain,
@@ -125,6 +125,20 @@ class Gang:
             raise RequestError("a gang's pods ask for whole GPUs")
         if self.required is not None and self.preferred is not None:
             raise RequestError("a gang has a required or a preferred level, not both")
+
+
+def with_postponement(gang: Gang, waited_s: float, postpone_max_s: float) -> Gang | None:
+    """``gang`` with its pod allowed to wait for a better GPU set (``Request.wait_for_better``:
+    the default policy's bounded postponement, Amaral et al. SC'17 Algorithm 1, as the extender
+    lets a lone pod wait; :func:`topology.policies.default.postpone_below`), or None when it may
+    not: a gang of several pods (they start together, and a gang's bandwidth is mostly its
+    NICs'), an insensitive or one-GPU pod (its own bandwidth does not matter), or one that has
+    waited ``postpone_max_s`` seconds or more (``waited_s``, s since it was submitted)."""
+    request = gang.request
+    if (gang.pods != 1 or request.count < 2 or not request.sensitive
+            or waited_s >= postpone_max_s):
+        return None
+    return replace(gang, request=replace(request, wait_for_better=True))
 
 
 @dataclass(frozen=True)
@@ -533,6 +547,9 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
         level -= 1
     where = (f"no {hierarchy.labels[required]} domain has room"
              if required is not None and required >= 0 else "the cluster has no room")
+    if refused and all(": postponed: " in r for r in refused):
+        # the policy postponed the pods (Request.wait_for_better) wherever there was room
+        where = "every domain with room would give its pods a poor GPU set"
     if refused:
         where += f"; {refused[0]}"
     raise _no_fit(cl, where)

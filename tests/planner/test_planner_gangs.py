@@ -15,7 +15,10 @@ from planner.jobs import parse_time
 from planner.settings import PlannerSettings, SettingsError, load_settings
 from tests.planner.fake_api import FakeApi, apply_patch, node
 from topology.contract import (
+    ANN_BW_SENSITIVE,
     ANN_COMPLETION_INDEX,
+    ANN_GPU_INDICES,
+    ANN_PATTERN,
     ANN_PLANNED_NODES,
     ANN_PRIORITY,
     ANN_TOPOLOGY_REQUIRED,
@@ -228,6 +231,61 @@ def test_gangs_created_in_one_second_wait_in_the_order_the_watch_delivered_them(
     for obj in objs.values():
         fresh.add_job(copy.deepcopy(obj))
     assert sorted(planner(fresh).reconcile("start").resumed) == ["ml/job-10", "ml/job-8"]
+
+
+def hold(api: FakeApi, node_name: str, gpus: str) -> None:
+    """A running pod outside the planner's Jobs holding ``gpus`` (the extender's indices)."""
+    api.pods[f"busy-{node_name}"] = {
+        "metadata": {"name": f"busy-{node_name}", "namespace": "ml", "uid": f"busy-{node_name}",
+                     "labels": {}, "annotations": {ANN_GPU_INDICES: gpus}},
+        "spec": {"nodeName": node_name, "containers": [{"name": "c", "resources": {
+            "limits": {"nvidia.com/gpu": str(len(gpus.split(",")))}}}]},
+        "status": {"phase": "Running"}}
+
+
+def test_a_sensitive_gang_of_one_waits_for_a_better_set_within_the_bound() -> None:
+    """Issue 24's case through the planner: a DGX-1 V100 whose free GPUs are {1,5,6} (a 5-GPU
+    ring holds {0,2,3,4,7}). A bandwidth-sensitive 3-GPU ring would get 52 % of its ideal
+    EffBW under Eq. 2 there: it waits, as the extender postpones a pod it places, and preempts
+    nothing for a better set; once the bound has passed, or for an insensitive job, or for
+    the Kueue chooser, it starts there."""
+    ring = {ANN_PATTERN: "ring"}
+    old = "2025-12-31T23:00:00Z"  # an hour before the planner's clock (T0)
+
+    def run(job: dict[str, Any], **kw: object) -> tuple[list[str], FakeApi]:
+        api = FakeApi([rack_node("r0-n0", "r0")])
+        hold(api, "r0-n0", "0,2,3,4,7")
+        api.add_job(job)
+        return planner(api, **kw).reconcile("job-added").resumed, api
+
+    resumed, api = run(gang("ring3", 1, 3, priority=5, extra=ring))
+    assert resumed == [] and api.jobs["ring3"]["spec"]["suspend"] is True
+    plan = api.plan_annotation("ring3")
+    assert plan["state"] == "waiting"
+    assert "postponed" in plan["reason"] and "{1,5,6}" in plan["reason"]
+    assert plan["reason"].startswith("waiting for a better GPU set (at most 1800 s more)")
+    assert run(gang("ring3", 1, 3, created=old, extra=ring))[0] == ["ml/ring3"]
+    assert run(gang("ring3", 1, 3, extra={**ring, ANN_BW_SENSITIVE: "false"}))[0] \
+        == ["ml/ring3"]
+    assert run(gang("ring3", 1, 3, extra=ring), postpone_max_s=0)[0] == ["ml/ring3"]
+    assert run(gang("ring3", 1, 3, extra=ring), gang_chooser="kueue-tas")[0] == ["ml/ring3"]
+    # a running gang of lower priority holds {0,2,3,4,7}: preempting it would free a better
+    # set, but a postponement preempts nothing
+    api = FakeApi([rack_node("r0-n0", "r0")])
+    api.add_job(gang("low", 1, 5))
+    p = planner(api)
+    assert p.reconcile("job-added").resumed == ["ml/low"]
+    start_pods(api, "low")
+    api.pods["pod-low-0"]["metadata"]["annotations"][ANN_GPU_INDICES] = "0,2,3,4,7"
+    api.add_job(gang("ring3", 1, 3, priority=5, extra=ring))
+    r = p.reconcile("job-added")
+    assert r.resumed == [] and r.suspended == []
+    assert api.plan_annotation("ring3")["reason"].startswith("waiting for a better GPU set")
+    # an NVLink triangle free: no wait
+    api = FakeApi([rack_node("r0-n0", "r0")])
+    hold(api, "r0-n0", "0,1,2,3,4")
+    api.add_job(gang("ring3", 1, 3, extra=ring))
+    assert planner(api).reconcile("job-added").resumed == ["ml/ring3"]
 
 
 def test_required_level_and_invalid_gangs() -> None:
