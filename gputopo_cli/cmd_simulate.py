@@ -53,7 +53,8 @@ def register(app: typer.Typer) -> None:
             try:
                 _, summaries = simulate_multinode(
                     workload, policies, seed=seed, out=out, make_plots=plots,
-                    progress=lambda line: typer.echo(line, err=True))
+                    progress=lambda line: typer.echo(line, err=True), judge=effbw_model,
+                    postpone_max_s=postpone_max_s)
             except SimulationError as exc:
                 fail(str(exc))
             typer.echo(table(summaries))

@@ -20,7 +20,10 @@ Policies (:data:`POLICIES`):
   Kueue user sets for a multi-node job; a single pod the node level — GPUs by
   ``nvidia-best-effort``.
 * ``gputopo`` — :func:`topology.gang.choose`: the tightest domain, ranked by predicted
-  bottleneck bandwidth and then by the PreservedBW it spends; GPUs by ``gputopo``.
+  bottleneck bandwidth and then by the PreservedBW it spends; GPUs by ``gputopo``. As the
+  planner does, a job of one bandwidth-sensitive multi-GPU pod waits for a GPU set at its
+  threshold of the ideal for up to ``postpone_max_s`` after its arrival
+  (:func:`topology.gang.with_postponement`).
 
 The queue is FIFO with backfill for every policy (Kueue's BestEffortFIFO; kube-scheduler retries
 pods that do not fit): a job that does not fit is passed over, later ones may start.
@@ -43,15 +46,25 @@ from dataclasses import dataclass, field
 
 from simulator import SimulationError
 from simulator.multinode_workloads import ClusterSpec, MultiJob, MultiWorkload
-from simulator.runtime import bandwidth_factor
+from simulator.runtime import bandwidth_factor, ideal_effbw, judge_effbw, judge_name
 from simulator.workloads import JobId
 from topology import catalog
 from topology.contract import LABEL_BLOCK, LABEL_CLIQUE, LABEL_RACK
-from topology.gang import Gang, GangNode, GangNoFit, choose, choose_kueue, predict
+from topology.gang import (
+    Gang,
+    GangNode,
+    GangNoFit,
+    choose,
+    choose_kueue,
+    predict,
+    with_postponement,
+)
 from topology.hierarchy import Hierarchy, HierarchyError
 from topology.model import Topology, TopologyError
 from topology.network import NodeNetwork
 from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.common import MODEL_GPUTOPO
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.evaluate import Evaluator
 from topology.policies.memo import Memo
 from topology.sources import load_topology
@@ -197,6 +210,13 @@ class MultiSimulation:
         workload: the jobs and their cluster.
         policy: one of :data:`POLICIES`.
         memo: per-class tables shared by a comparison's runs (None: this run's own).
+        postpone_max_s: ``gputopo``: how long a job of one bandwidth-sensitive multi-GPU pod
+            may wait for a better GPU set, s after its arrival (0 = never).
+        judge: the model that prices a pod's EffBW inside its node
+            (:data:`simulator.runtime.JUDGES`): ``gputopo-v1`` (the default) on the pod's
+            mapping, as :func:`topology.gang.predict`; ``mapa-eq2`` or ``bottleneck`` on the
+            best arrangement of its pattern in its GPU set (:func:`simulator.runtime.judge_effbw`),
+            its ideal the best an idle node offers. Between nodes, the same NIC ring.
 
     Raises:
         SimulationError: an unknown policy, a bad cluster, a pod larger than a node, a job the
@@ -204,12 +224,18 @@ class MultiSimulation:
     """
 
     def __init__(self, workload: MultiWorkload, policy: str, *, memo: Memo | None = None,
-                 cluster: Cluster | None = None) -> None:
+                 cluster: Cluster | None = None,
+                 postpone_max_s: float = POSTPONE_MAX_S, judge: str = MODEL_GPUTOPO) -> None:
         if policy not in POLICIES:
             raise SimulationError(f"unknown multi-node policy {policy!r}; use one of "
                                   f"{', '.join(POLICIES)}")
+        try:
+            self.judge = judge_name(judge)
+        except ValueError as exc:
+            raise SimulationError(str(exc)) from None
         self.workload = workload
         self.policy = policy
+        self.postpone_max_s = postpone_max_s
         self.cluster = cluster or Cluster.build(workload.cluster)
         self.evaluator = Evaluator(memo=memo)
         self.requests: dict[JobId, Request] = {}
@@ -238,6 +264,12 @@ class MultiSimulation:
                 except RequestError as exc:
                     raise SimulationError(f"job {job.id}: {exc}") from None
                 self.ideal[key] = plan.bottleneck_gbps
+                if self.judge != MODEL_GPUTOPO:
+                    pattern = req.effective_pattern()
+                    best = (ideal_effbw(self.cluster.topology, pattern, self.judge,
+                                        self.evaluator.memo) if pattern.edges else math.inf)
+                    if best is not None:
+                        self.ideal[key] = min(best, plan.inter.gbps)
 
     @staticmethod
     def _shape(job: MultiJob) -> tuple[object, ...]:
@@ -269,9 +301,10 @@ class MultiSimulation:
                 tried.add(key)
         return None
 
-    def _place(self, job: MultiJob, states: list[NodeState]
+    def _place(self, job: MultiJob, states: list[NodeState], now: float
                ) -> list[tuple[int, Decision]] | None:
-        """The pods' nodes and decisions, or None when the job does not fit now."""
+        """The pods' nodes and decisions, or None when the job does not fit now (or, under
+        ``gputopo``, waits for a better GPU set)."""
         if self.policy == "gang":
             scratch = list(states)
             out = []
@@ -284,8 +317,11 @@ class MultiSimulation:
                 out.append((i, d))
             return out
         chooser = choose if self.policy == "gputopo" else choose_kueue
+        gang = self._gang(job)
+        if self.policy == "gputopo":
+            gang = with_postponement(gang, now - job.arrival_s, self.postpone_max_s) or gang
         try:
-            plan = chooser(self.cluster.nodes(states), self.cluster.hierarchy, self._gang(job),
+            plan = chooser(self.cluster.nodes(states), self.cluster.hierarchy, gang,
                            evaluator=self.evaluator)
         except GangNoFit:
             return None
@@ -339,6 +375,10 @@ class MultiSimulation:
             parts = [(GangNode(cl.names[i], cl.paths[i], cl.topology, states[i], cl.network),
                       ds) for i, ds in sorted(by_node.items(), key=lambda kv: cl.paths[kv[0]])]
             intra, inter = predict(cl.hierarchy, self.requests[job.id], parts)
+            pattern = self.requests[job.id].effective_pattern()
+            if self.judge != MODEL_GPUTOPO and pattern.edges:
+                intra = min(judge_effbw(cl.topology, pattern, d.mapping, self.judge,
+                                        self.evaluator.memo) for _, d in pods)
             rec.start_s, rec.decision_ms = now, rec.decision_ms + ms
             rec.nodes = tuple(i for i, _ in pods)
             rec.gpus = tuple(d.gpus for _, d in pods)
@@ -364,11 +404,16 @@ class MultiSimulation:
                     i += 1
                     continue
                 t0 = time.perf_counter()
-                pods = self._place(job, states)
+                pods = self._place(job, states, now)
                 ms = (time.perf_counter() - t0) * 1000.0
                 records[job.id].decision_ms += ms if pods is None else 0.0
                 if pods is None:
                     rejected.add(shape)
+                    bound = job.arrival_s + self.postpone_max_s
+                    if self.policy == "gputopo" and now < bound and job.id not in woken:
+                        # it may be waiting for a better set: look again when the wait ends
+                        woken.add(job.id)
+                        heapq.heappush(events, (bound, 2, seq_next(), job.id))
                     i += 1
                     continue
                 for node, d in pods:
@@ -412,6 +457,7 @@ class MultiSimulation:
                     start(job, mine, now, 0.0)
 
         partial_ever: set[JobId] = set()
+        woken: set[JobId] = set()  # jobs with an event at the end of their postponement
         submitted: dict[JobId, float] = {j.id: j.arrival_s for j in self.workload.jobs}
         due: dict[JobId, float] = {}
         timed_out: list[JobId] = []

@@ -41,6 +41,8 @@ from simulator import SimulationError, output_dir
 from simulator.multinode import POLICIES, Cluster, MultiRecord, MultiResult, MultiSimulation
 from simulator.multinode_workloads import MultiWorkload, load_multinode_workload
 from topology.contract import LABEL_CLIQUE, LABEL_RACK
+from topology.policies.common import MODEL_GPUTOPO
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.memo import Memo
 
 QKEYS = ("min", "p25", "median", "p75", "max")
@@ -207,9 +209,11 @@ def plots(results: Sequence[MultiResult], out: Path) -> None:
 def simulate_multinode(
     workload: str | MultiWorkload, policies: str | Sequence[str], *, seed: int = 0,
     out: str | Path | None = None, make_plots: bool = True,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None, judge: str = MODEL_GPUTOPO,
+    postpone_max_s: float = POSTPONE_MAX_S,
 ) -> tuple[list[MultiResult], dict[str, dict[str, Any]]]:
     """Run ``workload`` under each policy; write the outputs to ``out`` (module docstring).
+    ``judge`` and ``postpone_max_s`` as :class:`simulator.multinode.MultiSimulation`'s.
 
     Raises:
         SimulationError: any bad input, one line.
@@ -225,7 +229,8 @@ def simulate_multinode(
         workload, seed=seed)
     cluster = Cluster.build(wl.cluster)
     memo = Memo()
-    sims = [MultiSimulation(wl, p, memo=memo, cluster=cluster) for p in names]
+    sims = [MultiSimulation(wl, p, memo=memo, cluster=cluster, judge=judge,
+                            postpone_max_s=postpone_max_s) for p in names]
     results = []
     for sim in sims:
         res = sim.run()
@@ -237,7 +242,8 @@ def simulate_multinode(
         path = output_dir(out, wl.to_json())
         (path / "summary.json").write_text(json.dumps(summaries, indent=1) + "\n")
         meta = {"workload": f"{wl.name}: {wl.description}", "jobs": len(wl.jobs),
-                "seed": seed, "nodes": len(cluster.names), "machine": cluster.topology.name,
+                "seed": seed, "judge": sims[0].judge, "postpone_max_s": postpone_max_s,
+                "nodes": len(cluster.names), "machine": cluster.topology.name,
                 "levels": list(cluster.hierarchy.labels)}
         (path / "details.json").write_text(json.dumps(meta, indent=1) + "\n")
         (path / "summary.md").write_text(

@@ -19,6 +19,10 @@ from simulator.multinode_workloads import (
     is_multinode_spec,
     load_multinode_workload,
 )
+from simulator.runtime import ideal_effbw, judge_effbw, judge_name
+from topology.patterns import ring
+from topology.policies.memo import Memo
+from topology.sources import load_topology
 
 SMALL = "hierarchy:jobs=40,blocks=2,racks=2,nodes=4,rate=8"
 POLICIES = ["default", "gang", "kueue-tas", "gputopo"]
@@ -78,6 +82,42 @@ def test_default_deadlocks_two_gangs_and_gputopo_does_not(tmp_path: Path) -> Non
     assert default["b"].evictions == 1 and default["b"].start_s >= default["a"].end_s
     assert s["gang"]["makespan_s"] < s["default"]["makespan_s"]
     assert s["gputopo"]["partial"]["deadlocks"] == 0
+
+
+def test_gputopo_postpones_a_sensitive_single_pod_job_and_judges_by_any_model(
+        tmp_path: Path) -> None:
+    """Issue 24's case on one DGX-1 V100, as the planner admits it: a 5-GPU sensitive ring
+    takes {0,2,3,4,7}; a 3-GPU sensitive ring arriving next would get {1,5,6} (52 % of its
+    ideal by Eq. 2, 48 % by the bottleneck), so it waits for the ring to end (within the
+    1 800 s bound); with a 300 s bound it takes {1,5,6} when the bound ends, and at once with
+    ``postpone_max_s=0`` or when insensitive."""
+    def run(b: dict, **kw: object) -> dict:
+        spec = write(tmp_path, {
+            "cluster": {"machine": "dgx1-v100", "blocks": 1, "racks": 1, "nodes": 1},
+            "jobs": [{"id": "a", "gpus": 5, "network": "vgg16", "runtime_s": 600},
+                     {"id": "b", "arrival_s": 1, "gpus": 3, "network": "vgg16",
+                      "runtime_s": 100, **b}]})
+        result = MultiSimulation(load_multinode_workload(spec), "gputopo", **kw).run()
+        return {x.job.id: x for x in result.records}
+
+    r = run({})
+    assert r["a"].gpus == ((0, 2, 3, 4, 7),)
+    assert r["b"].start_s == pytest.approx(r["a"].end_s)
+    assert r["b"].intra_gbps == pytest.approx(r["b"].ideal_gbps)  # an idle node's best
+    for b, kw, start in (({}, {"postpone_max_s": 0}, 1), ({"sensitive": False}, {}, 1),
+                         ({}, {"postpone_max_s": 300}, 301)):
+        early = run(b, **kw)["b"]
+        assert early.start_s == pytest.approx(start) and early.gpus == ((1, 5, 6),)
+    # the judge prices the pod's set: the bottleneck of the best ring on {1,5,6}
+    topo = load_topology("dgx1-v100")
+    for judge in ("bottleneck", "eq2"):
+        early = run({}, postpone_max_s=0, judge=judge)["b"]
+        model = judge_name(judge)
+        assert early.intra_gbps == pytest.approx(judge_effbw(topo, ring(3), (1, 5, 6), model))
+        assert early.ideal_gbps == pytest.approx(ideal_effbw(topo, ring(3), model, Memo()))
+        assert early.factor > 1.0
+    with pytest.raises(SimulationError, match="unknown EffBW model"):
+        run({}, judge="fastest")
 
 
 def test_bad_input(tmp_path: Path) -> None:
