@@ -196,6 +196,7 @@ def test_extender_settings_file_is_accepted_by_the_extender(
     data = read_config_file(path)  # unknown keys would raise SettingsError
     assert data == {"host": "0.0.0.0", "port": 8888, "state": "kubernetes",
                     "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256,
+                    "postpone_max_s": 1800,
                     "colocation_policy": "gputopo", "colocation_threshold": 4e7,
                     "profile_catalog": "v100-cifar10-w10",
                     # the lookahead reads the pending pods of the chart's scheduler profile
@@ -209,6 +210,25 @@ def test_extender_settings_file_is_accepted_by_the_extender(
     env = {e["name"]: e.get("value") for e in container(dp)["env"]}
     assert env["GPUTOPO_DP_VGPU_MEMORY_UNIT_MIB"] == str(data["vgpu_memory_unit_mib"])
     get_policy(data["policy"])  # the default policy is registered
+
+
+def test_planner_settings_file_is_accepted_by_the_planner(
+    variants: dict[str, list[Obj]], tmp_path: Path
+) -> None:
+    from planner.settings import read_config_file
+
+    cm = find(variants["default"], "ConfigMap", "gputopo-planner")
+    path = tmp_path / "planner.yaml"
+    path.write_text(cm["data"]["planner.yaml"])
+    data = read_config_file(path)  # unknown keys would raise SettingsError
+    # the gangs of one sensitive pod wait as long as the extender lets such a pod wait
+    extender = find(variants["default"], "ConfigMap", "gputopo-extender")
+    (tmp_path / "extender.yaml").write_text(extender["data"]["extender.yaml"])
+    from scheduler_extender.settings import read_config_file as read_extender
+
+    assert data["postpone_max_s"] == read_extender(tmp_path / "extender.yaml")[
+        "postpone_max_s"] == 1800
+    assert data["leader_elect"] is True and data["move_penalty_eur"] == 0.02
 
 
 def test_extender_tls_mounts_secret_and_switches_to_https(

@@ -202,6 +202,7 @@ host: 0.0.0.0
 port: {{ .Values.extender.port }}
 state: kubernetes
 policy: {{ .Values.extender.policy }}
+postpone_max_s: {{ .Values.extender.postponeMaxSeconds }}
 # the scheduler profile served: its pending GPU pods are the waiting jobs the policy weighs
 scheduler_name: {{ .Values.scheduler.schedulerName }}
 log_level: {{ .Values.extender.logLevel }}
@@ -502,6 +503,7 @@ pue: {{ $p.pue }}
 eur_per_kwh: {{ $p.eurPerKWh }}
 restart_s: {{ $p.restartSeconds }}
 move_penalty_eur: {{ $p.movePenaltyEUR }}
+postpone_max_s: {{ $p.postponeMaxSeconds }}
 leader_elect: true
 lease_name: {{ include "gputopo.planner.fullname" . }}
 lease_namespace: {{ .Release.Namespace }}
