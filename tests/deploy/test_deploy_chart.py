@@ -10,7 +10,9 @@ import base64
 import json
 import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -185,15 +187,22 @@ def test_extender_deployment_probes_security_and_single_replica(
     assert svc["spec"]["selector"].items() <= labels.items()
 
 
+def settings_file(objs: list[Obj], program: str, tmp_path: Path,
+                  reader: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:
+    """The chart's settings file of ``program`` (ConfigMap ``gputopo-<program>``, key
+    ``<program>.yaml``) as the program's own ``reader`` reads it (unknown keys raise)."""
+    cm = find(objs, "ConfigMap", f"gputopo-{program}")
+    path = tmp_path / f"{program}.yaml"
+    path.write_text(cm["data"][f"{program}.yaml"])
+    return reader(path)
+
+
 def test_extender_settings_file_is_accepted_by_the_extender(
     variants: dict[str, list[Obj]], tmp_path: Path
 ) -> None:
     from scheduler_extender.settings import read_config_file
 
-    cm = find(variants["default"], "ConfigMap", "gputopo-extender")
-    path = tmp_path / "extender.yaml"
-    path.write_text(cm["data"]["extender.yaml"])
-    data = read_config_file(path)  # unknown keys would raise SettingsError
+    data = settings_file(variants["default"], "extender", tmp_path, read_config_file)
     assert data == {"host": "0.0.0.0", "port": 8888, "state": "kubernetes",
                     "policy": "gputopo", "log_level": "info", "vgpu_memory_unit_mib": 256,
                     "postpone_max_s": 1800,
@@ -202,9 +211,9 @@ def test_extender_settings_file_is_accepted_by_the_extender(
                     # the lookahead reads the pending pods of the chart's scheduler profile
                     "scheduler_name": "gputopo-scheduler",
                     "auth": "loopback"}  # a sidecar: the verbs answer loopback callers only
-    cm = find(variants["standalone"], "ConfigMap", "gputopo-extender")
-    path.write_text(cm["data"]["extender.yaml"])
-    assert "auth" not in read_config_file(path)  # standalone without clientAuth: none
+    # standalone without clientAuth: none
+    assert "auth" not in settings_file(variants["standalone"], "extender", tmp_path,
+                                       read_config_file)
     # one unit for both programs: the device plugins' value
     dp = find(variants["default"], "DaemonSet", "gputopo-device-plugin")
     env = {e["name"]: e.get("value") for e in container(dp)["env"]}
@@ -216,18 +225,12 @@ def test_planner_settings_file_is_accepted_by_the_planner(
     variants: dict[str, list[Obj]], tmp_path: Path
 ) -> None:
     from planner.settings import read_config_file
-
-    cm = find(variants["default"], "ConfigMap", "gputopo-planner")
-    path = tmp_path / "planner.yaml"
-    path.write_text(cm["data"]["planner.yaml"])
-    data = read_config_file(path)  # unknown keys would raise SettingsError
-    # the gangs of one sensitive pod wait as long as the extender lets such a pod wait
-    extender = find(variants["default"], "ConfigMap", "gputopo-extender")
-    (tmp_path / "extender.yaml").write_text(extender["data"]["extender.yaml"])
     from scheduler_extender.settings import read_config_file as read_extender
 
-    assert data["postpone_max_s"] == read_extender(tmp_path / "extender.yaml")[
-        "postpone_max_s"] == 1800
+    data = settings_file(variants["default"], "planner", tmp_path, read_config_file)
+    extender = settings_file(variants["default"], "extender", tmp_path, read_extender)
+    # the gangs of one sensitive pod wait as long as the extender lets such a pod wait
+    assert data["postpone_max_s"] == extender["postpone_max_s"] == 1800
     assert data["leader_elect"] is True and data["move_penalty_eur"] == 0.02
 
 
