@@ -204,7 +204,7 @@ def with_lookahead(request: Request, policy: str, pending: PendingPods | None, u
             or not get_policy(policy).lookahead):
         return request
     waiting = pending.upcoming(exclude=uid, limit=min(limit, MAX_UPCOMING)) if limit > 0 else ()
-    wait = may_wait and request.count > 1 and request.sensitive and pending.may_wait(uid)
+    wait = may_wait and request.postponable and pending.may_wait(uid)
     if waiting == request.upcoming and wait == request.wait_for_better:
         return request
     return request.with_queue(waiting, wait)

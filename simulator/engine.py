@@ -298,8 +298,7 @@ class Simulation:
                     f"job {job.id} asks for {job.gpus} GPUs; a {self.topology.name} node has "
                     f"{self.size}")
             req = job.request(self.threshold)
-            if self.postpone_max_s > 0 and waits and not job.shared and job.gpus > 1 \
-                    and req.sensitive:
+            if self.postpone_max_s > 0 and waits and not job.shared and req.postponable:
                 req = replace(req, wait_for_better=True)
             key = req.key()
             self.requests[job.id] = req

@@ -134,11 +134,9 @@ def with_postponement(gang: Gang, waited_s: float, postpone_max_s: float) -> Gan
     not: a gang of several pods (they start together, and a gang's bandwidth is mostly its
     NICs'), an insensitive or one-GPU pod (its own bandwidth does not matter), or one that has
     waited ``postpone_max_s`` seconds or more (``waited_s``, s since it was submitted)."""
-    request = gang.request
-    if (gang.pods != 1 or request.count < 2 or not request.sensitive
-            or waited_s >= postpone_max_s):
+    if gang.pods != 1 or not gang.request.postponable or waited_s >= postpone_max_s:
         return None
-    return replace(gang, request=replace(request, wait_for_better=True))
+    return replace(gang, request=replace(gang.request, wait_for_better=True))
 
 
 @dataclass(frozen=True)

@@ -459,6 +459,13 @@ class Request:
             return self.bandwidth_sensitive
         return self.count > 1
 
+    @property
+    def postponable(self) -> bool:
+        """Bandwidth sensitive and for several GPUs: a request the default policy's bounded
+        postponement may make wait for a better set (``wait_for_better``; the callers add their
+        own conditions: the wait bound, whether the pod may wait at all)."""
+        return self.count > 1 and self.sensitive
+
     def effective_pattern(self) -> Pattern:
         """The pattern graph (all-to-all of ``count`` GPUs when none was given)."""
         from topology.patterns import all_to_all
