@@ -133,7 +133,8 @@ def with_postponement(gang: Gang, waited_s: float, postpone_max_s: float) -> Gan
     lets a lone pod wait; :func:`topology.policies.default.postpone_below`), or None when it may
     not: a gang of several pods (they start together, and a gang's bandwidth is mostly its
     NICs'), an insensitive or one-GPU pod (its own bandwidth does not matter), or one that has
-    waited ``postpone_max_s`` seconds or more (``waited_s``, s since it was submitted)."""
+    waited ``postpone_max_s`` seconds or more (``waited_s``: s since it was first postponed,
+    0 when it never was; the bound is on the delay the postponement adds)."""
     if gang.pods != 1 or not gang.request.postponable or waited_s >= postpone_max_s:
         return None
     return replace(gang, request=replace(gang.request, wait_for_better=True))

@@ -35,6 +35,13 @@ class NoFit(Exception):
     """The node cannot host the request; ``str(exc)`` says why (one line)."""
 
 
+class Postponed(NoFit):
+    """The node could host the request, but the policy holds the job back for a better GPU
+    set (``Request.wait_for_better``: the default policy's bounded postponement, Amaral et al.
+    SC'17 Algorithm 1; :func:`topology.policies.robust.postpone_reason`). ``str(exc)`` starts
+    with ``"postponed: "``. Callers that bound the wait start its clock at the first one."""
+
+
 class RequestError(ValueError):
     """The request itself is invalid (bad pattern, fraction out of range, …)."""
 

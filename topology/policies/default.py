@@ -25,7 +25,7 @@ Reasoning:
   bounded time) and GPUs of the node are in use, a bandwidth-sensitive multi-GPU job is not
   placed where no free set reaches its threshold (:func:`postpone_below`) of the ideal EffBW
   under every model that judges it (Eq. 2 within its fit, the bottleneck): the node answers
-  :class:`~topology.policies.base.NoFit` ("postponed: ...") and the job waits for GPUs to
+  :class:`~topology.policies.base.Postponed` ("postponed: ...") and the job waits for GPUs to
   free up, or takes another node. The threshold depends on the job's share of the node:
 
   - a job of **fewer than half** the node's GPUs waits below :data:`POSTPONE_BELOW_SMALL`
@@ -65,7 +65,7 @@ import numpy as np
 from topology.model import PCIeLevel, Topology
 from topology.policies import robust
 from topology.policies.bandwidth import preserved_bandwidth
-from topology.policies.base import Candidate, Decision, NodeState, NoFit, Request
+from topology.policies.base import Candidate, Decision, NodeState, Postponed, Request
 from topology.policies.common import MODEL_GPUTOPO, candidate, check_capacity, whole_decision
 from topology.policies.matching import search
 from topology.policies.memo import Memo
@@ -210,7 +210,7 @@ def _decide(name: str, topology: Topology, state: NodeState, request: Request, m
         why = robust.postpone_reason(topology, state, free, pattern,
                                      postpone_below(topology, request.count), memo)
         if why is not None:
-            raise NoFit(why)
+            raise Postponed(why)
     choice = robust.choose(topology, free, pattern, request.sensitive, request.upcoming, memo,
                            guard=guard)
     if choice is not None:

@@ -117,7 +117,7 @@ class Evaluator:
                 if len(self._cache) > self.size:
                     self._cache.popitem(last=False)
         if isinstance(hit, NoFit):
-            raise NoFit(str(hit))
+            raise type(hit)(str(hit))  # a fresh exception; Postponed stays Postponed
         return _relabel(hit, topology)
 
     def ideal(self, policy: str, topology: Topology, request: Request) -> Decision:

@@ -8,7 +8,7 @@ import pytest
 from topology import catalog
 from topology.patterns import ring
 from topology.policies import robust
-from topology.policies.base import NodeState, NoFit, Request
+from topology.policies.base import NodeState, NoFit, Postponed, Request
 from topology.policies.default import (
     POSTPONE_BELOW,
     POSTPONE_BELOW_SMALL,
@@ -37,6 +37,21 @@ def test_a_ring_waits_rather_than_take_an_eq2_pit() -> None:
     # a one-shot decision (the CLI, the per-decision benchmarks) still places it
     d = gputopo(DGX, state, _req(wait=False), Memo())
     assert sorted(d.gpus) == [0, 5, 7]
+
+
+def test_a_postponement_is_told_apart_from_no_room() -> None:
+    """Callers start the wait's clock at the first :class:`Postponed`, so it must survive the
+    evaluator's cache; a node without room is a plain NoFit."""
+    from topology.policies.evaluate import Evaluator
+
+    ev = Evaluator()
+    for _ in range(2):  # computed, then a cache hit
+        with pytest.raises(Postponed, match="postponed: "):
+            ev.place("gputopo", DGX, _busy_but({0, 5, 7}), _req())
+    assert ev.hits == 1
+    with pytest.raises(NoFit) as info:
+        ev.place("gputopo", DGX, _busy_but({0, 5}), _req())
+    assert not isinstance(info.value, Postponed)
 
 
 def test_a_set_at_or_above_the_threshold_is_taken() -> None:
