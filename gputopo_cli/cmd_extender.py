@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         measured_profiles: Annotated[Path | None, typer.Option("--measured-profiles", help="profiles measured with dcgm-exporter (the profile recorder's file), after the catalogs; re-read on change")] = None,
         scheduler_name: Annotated[str | None, typer.Option("--scheduler-name", help="the kube-scheduler profile served (pods' spec.schedulerName): its pending GPU pods are the waiting jobs the default policy weighs (default gputopo-scheduler)")] = None,
         lookahead_pods: Annotated[int | None, typer.Option("--lookahead-pods", help="pending pods the default policy weighs per decision, 0-8 (default 8; 0 = none)")] = None,
-        postpone_max_s: Annotated[float | None, typer.Option("--postpone-max-s", help="how long a bandwidth-sensitive multi-GPU pod may wait for a better GPU set, s from when first seen pending (default 1800; 0 = never)")] = None,
+        postpone_max_s: Annotated[float | None, typer.Option("--postpone-max-s", help="how long a bandwidth-sensitive multi-GPU pod may wait for a better GPU set, s from its first postponement (default 1800; 0 = never)")] = None,
         config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_EXTENDER_* env > file > defaults)")] = None,
     ) -> None:
         """Serve the scheduler extender (POST /filter, /prioritize, /bind) for kube-scheduler."""

@@ -81,7 +81,15 @@ from topology.contract import (
 )
 from topology.model import Topology
 from topology.numa_alignment import KUBELET_DEFAULTS, KubeletConfigError, PodDemand
-from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError, Upcoming
+from topology.policies.base import (
+    Decision,
+    NodeState,
+    NoFit,
+    Postponed,
+    Request,
+    RequestError,
+    Upcoming,
+)
 from topology.policies.evaluate import Evaluator
 from topology.policies.registry import get_policy
 from topology.policies.robust import WaitingHomes
@@ -184,12 +192,16 @@ class Outcome:
         unresolvable: preemption cannot help (no/invalid topology, node too small).
         provisional: the decision was not ready within the time budget; the node has the
             capacity, so filter lets it pass and prioritize scores it 0 for now.
+        postponed: the policy could place the pod here but holds it back for a better GPU
+            set (:class:`~topology.policies.base.Postponed`; the bounded postponement's
+            clock starts at the first one, :meth:`PendingPods.postponed`).
     """
 
     decision: Decision | None
     reason: str = ""
     unresolvable: bool = False
     provisional: bool = False
+    postponed: bool = False
 
     @property
     def passes(self) -> bool:
@@ -793,7 +805,7 @@ class Decider:
         try:
             return Outcome(self.evaluator.place(policy, view.topology, view.state, request))
         except NoFit as exc:
-            return Outcome(None, str(exc))
+            return Outcome(None, str(exc), postponed=isinstance(exc, Postponed))
         except RequestError as exc:
             raise BadRequest(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - a policy bug must not kill the verb
@@ -1000,7 +1012,7 @@ class Decider:
                     # the worker scored on the group's own class
                     self._scores.put((policy, view.group, rid, (view.group[0],)), result.score)
             elif result.status is Status.NO_FIT:
-                outcome = Outcome(None, result.message)
+                outcome = Outcome(None, result.message, postponed=result.postponed)
             elif result.status is Status.BAD_REQUEST:
                 return BadRequest(result.message)  # not cached: the pod is bad
             else:

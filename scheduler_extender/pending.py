@@ -21,13 +21,17 @@ Failed attempts are not mirrored: a pod kube-scheduler's own filters reject neve
 extender, and a pod this extender postponed is better left ahead in the view, as the job the
 next decisions should leave a good set for.
 
-**Bounded postponement.** The view also remembers when it first saw each pod pending: for a
-bandwidth-sensitive multi-GPU pod seen pending for less than :attr:`PendingPods.postpone_max_s`
-(the extender's ``postpone_max_s``), :func:`with_lookahead` sets ``Request.wait_for_better``,
-and the default policy may then refuse a busy node whose every free set is poor (filter
-reports ``postponed: ...``; kube-scheduler retries the pod on its backoff, 1–10 s). After
-that time, or for a pod the view does not know, the flag stays off: no pod waits without a
-bound.
+**Bounded postponement.** For a bandwidth-sensitive multi-GPU pod the view knows,
+:func:`with_lookahead` sets ``Request.wait_for_better``, and the default policy may then refuse
+a busy node whose every free set is poor (filter reports ``postponed: ...``; kube-scheduler
+retries the pod on its backoff, 1–10 s). The view remembers when filter first postponed each
+pod (:meth:`PendingPods.postponed`); :attr:`PendingPods.postpone_max_s` after that the flag
+stays off and the pod takes what the rule gives it. So the bound is on the delay the
+postponement itself adds: a pod that queued an hour behind others for lack of GPUs still may
+wait for a good set once it could start, as the simulators' jobs and the planner's gangs do.
+For a pod the view does not know, or with ``postpone_max_s`` 0, the flag stays off: no pod
+waits without a bound. The clock survives a relist; it is this replica's: a new leader
+starts it again.
 
 Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
 insensitive pod's pattern is dropped, so two queues that differ only there share cached
@@ -69,8 +73,8 @@ class PendingPods:
 
     Args:
         scheduler_name: the ``spec.schedulerName`` whose pods are kept.
-        postpone_max_s: how long (s, from when the view first saw it pending) a pod may be
-            postponed for a better set (module docstring); 0 = never.
+        postpone_max_s: how long (s, from its first postponement) a pod may be postponed for
+            a better set (module docstring); 0 = never.
         clock: monotonic clock (s), for tests.
     """
 
@@ -80,10 +84,13 @@ class PendingPods:
         self.scheduler_name = scheduler_name
         self.postpone_max_s = postpone_max_s
         self._clock = clock
-        # uid -> when the watch first delivered it: a sequence number (its queue position
-        # among pods created in one second; module docstring, "Queue order") and the clock
-        # (the start of its bounded postponement)
-        self._first_seen: dict[str, tuple[int, float]] = {}
+        # uid -> when the watch first delivered it: a sequence number, its queue position
+        # among pods created in one second (module docstring, "Queue order")
+        self._first_seen: dict[str, int] = {}
+        # uid -> clock of its first postponement (the start of its bounded wait); the last
+        # relist's leftovers wait in _carried until the pod is listed again
+        self._postponed: dict[str, float] = {}
+        self._carried: dict[str, float] = {}
         self._next = itertools.count()
         self._pods: dict[str, tuple[tuple[int, str, int], Upcoming]] = {}
         self._order: list[tuple[tuple[int, str, int], str]] | None = []
@@ -109,31 +116,53 @@ class PendingPods:
             upcoming = self._shapes.setdefault(upcoming, upcoming)
             seen = self._first_seen.get(uid)
             if seen is None:
-                seen = self._first_seen[uid] = (next(self._next), self._clock())
-            self._pods[uid] = ((-priority, created, seen[0]), upcoming)
+                seen = self._first_seen[uid] = next(self._next)
+                since = self._carried.pop(uid, None)
+                if since is not None:
+                    self._postponed[uid] = since
+            self._pods[uid] = ((-priority, created, seen), upcoming)
             self._order = None
 
     def discard(self, uid: str) -> None:
         """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
         with self._lock:
             self._first_seen.pop(uid, None)
+            self._postponed.pop(uid, None)
             if self._pods.pop(uid, None) is not None:
                 self._order = None
 
     def clear(self) -> None:
-        """Forget every pod (a relist)."""
+        """Forget every pod (a relist). A pod's postponement clock survives one relist: it is
+        restored when the pod is added again before the next one."""
         with self._lock:
             self._pods.clear()
             self._first_seen.clear()
+            self._carried, self._postponed = self._postponed, {}
             self._order = []
             self._listed = {}
 
     def may_wait(self, uid: str) -> bool:
-        """Pod ``uid`` is pending here and was first seen pending less than
-        :attr:`postpone_max_s` ago (module docstring, "Bounded postponement")."""
+        """Pod ``uid`` is pending here, ``postpone_max_s`` is positive, and the pod was never
+        postponed or first postponed less than :attr:`postpone_max_s` ago (module docstring,
+        "Bounded postponement")."""
         with self._lock:
-            seen = self._first_seen.get(uid)
-            return seen is not None and self._clock() - seen[1] < self.postpone_max_s
+            if uid not in self._first_seen or self.postpone_max_s <= 0:
+                return False
+            since = self._postponed.get(uid)
+            return since is None or self._clock() - since < self.postpone_max_s
+
+    def postponed_since(self, uid: str) -> float | None:
+        """The clock (s) when filter first postponed pending pod ``uid``, or None."""
+        with self._lock:
+            return self._postponed.get(uid)
+
+    def postponed(self, uid: str) -> None:
+        """Filter postponed pending pod ``uid`` (some node refused it with
+        :class:`~topology.policies.base.Postponed`): its bounded wait starts now, unless it
+        already started. A no-op for a pod the view does not hold."""
+        with self._lock:
+            if uid in self._first_seen:
+                self._postponed.setdefault(uid, self._clock())
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Apply one pod as the watch sees it: keep it when it is this scheduler's, asks for

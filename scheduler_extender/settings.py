@@ -108,7 +108,7 @@ class ExtenderSettings(FileBackedSettings):
         lookahead_pods: how many pending pods a lookahead policy (``gputopo``) weighs per
             decision (0 = none; at most 8, ``topology.policies.base.MAX_UPCOMING``).
         postpone_max_s: how long a bandwidth-sensitive multi-GPU pod may be postponed for a
-            better set (s, from when the extender first saw it pending; 0 = never): the
+            better set (s, from its first postponement; 0 = never): the
             default policy's bounded postponement (``scheduler_extender.pending``).
     """
 

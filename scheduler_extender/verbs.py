@@ -176,6 +176,9 @@ class Extender:
             rows = self.decider.decide(self._ask(ref, preq), nodes, verb="filter")
         except BadRequest as exc:
             return _filter_result(by_objects, [], {}, {}, f"pod {_pod_label(args.Pod)}: {exc}")
+        pending = getattr(self.state, "pending", None)
+        if pending is not None and any(r.outcome.postponed for r in rows):
+            pending.postponed(ref.uid)  # the bounded wait starts at the first postponement
         return _filter_reply(by_objects, rows)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:

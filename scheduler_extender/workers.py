@@ -59,6 +59,8 @@ class WorkerResult:
         score: its node score, or None when scoring failed (the caller scores it itself).
         message: the reason (every other status).
         seconds: compute time in the worker, s (for the caller's cost model).
+        postponed: ``Status.NO_FIT`` because the policy postponed the pod
+            (:class:`~topology.policies.base.Postponed`).
     """
 
     status: Status
@@ -66,6 +68,7 @@ class WorkerResult:
     score: NodeScore | None = None
     message: str = ""
     seconds: float = 0.0
+    postponed: bool = False
 
 
 #: A worker process's own parsed topologies and evaluator (decision cache, policy memo):
@@ -88,7 +91,7 @@ def remote_decide(
 
 
 def _decide(policy: str, topology_json: str, state: NodeState, request: Request) -> WorkerResult:
-    from topology.policies.base import NoFit, RequestError
+    from topology.policies.base import NoFit, Postponed, RequestError
     from topology.policies.scoring import node_score
     from topology.serialization import loads
 
@@ -98,7 +101,8 @@ def _decide(policy: str, topology_json: str, state: NodeState, request: Request)
     try:
         decision = _EVALUATOR.place(policy, topology, state, request)
     except NoFit as exc:
-        return WorkerResult(Status.NO_FIT, message=str(exc))
+        return WorkerResult(Status.NO_FIT, message=str(exc),
+                            postponed=isinstance(exc, Postponed))
     except RequestError as exc:
         return WorkerResult(Status.BAD_REQUEST, message=str(exc))
     except Exception as exc:  # noqa: BLE001 - reported to the caller

@@ -1,5 +1,6 @@
 """The extender's bounded postponement (issue 24): a sensitive multi-GPU pod the pending view
-knows may wait for a better set for ``postpone_max_s``; filter reports why."""
+knows may wait for a better set for ``postpone_max_s`` after filter first postponed it; filter
+reports why."""
 
 from __future__ import annotations
 
@@ -28,11 +29,28 @@ def test_a_known_sensitive_pod_may_wait_until_the_bound() -> None:
     p.observe(waiting("three", 3))
     req = Request(count=3, pattern=ring(3))
     assert with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    # queued an hour for lack of GPUs, never postponed: its wait has not started
+    clock.now += 3600
+    assert with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    p.postponed("uid-three")
+    assert p.postponed_since("uid-three") == clock.now
     clock.now += 59
-    p.observe(waiting("three", 3))  # an update keeps the first sighting
+    p.postponed("uid-three")  # a later postponement keeps the first one's clock
+    p.observe(waiting("three", 3))  # so does an update
     assert with_lookahead(req, "gputopo", p, "uid-three", 0).wait_for_better
     clock.now += 1
     assert not with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    # a relist keeps the clock of a pod listed again ...
+    p.clear()
+    p.observe(waiting("three", 3))
+    assert not p.may_wait("uid-three")
+    # ... not of one missing from it: a pod listed again later starts afresh
+    p.clear()
+    p.clear()
+    p.observe(waiting("three", 3))
+    assert p.may_wait("uid-three") and p.postponed_since("uid-three") is None
+    p.postponed("uid-unknown")  # a pod the view does not hold: nothing to start
+    assert p.postponed_since("uid-unknown") is None
     # unknown pods, insensitive and single-GPU pods, policies without a lookahead: never
     assert not with_lookahead(req, "gputopo", p, "uid-other", 8).wait_for_better
     p2 = PendingPods(clock=clock)
@@ -63,13 +81,33 @@ def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
     assert client.post("/filter", json=names_args(pod, ["n1"])).json()["NodeNames"] == ["n1"]
     st.pending.observe(waiting("three", 3) | {"metadata": pod["metadata"] | {
         "creationTimestamp": "2024-01-01T00:00:00Z"}})
+    assert st.pending.postponed_since("uid-three") is None
     out = client.post("/filter", json=names_args(pod, ["n1"])).json()
     assert out["NodeNames"] == [] and out["Error"] == ""
     assert "postponed" in out["FailedNodes"]["n1"] and "{0,5,7}" in out["FailedNodes"]["n1"]
+    # that filter started the pod's bounded wait; the next one keeps its start
+    since = st.pending.postponed_since("uid-three")
+    assert since is not None
+    client.post("/filter", json=names_args(pod, ["n1"]))
+    assert st.pending.postponed_since("uid-three") == since
     # the same pod placed by the planner on n1 is not held back
     planned = gpu_pod("three", 3, annotations=RING | {"gputopo.io/planned-node": "n1"})
     out = client.post("/filter", json=names_args(planned, ["n1"])).json()
     assert out["NodeNames"] == ["n1"], out
+
+
+def test_a_worker_process_reports_a_postponement() -> None:
+    """Filter starts the clock from :attr:`Outcome.postponed`; with worker processes the
+    decision comes back as a :class:`WorkerResult`, which must carry it."""
+    from scheduler_extender.workers import Status, _decide
+    from topology.serialization import dumps
+
+    topo = catalog.get("dgx1-v100")
+    req = Request(count=3, pattern=ring(3), wait_for_better=True)
+    for free, postponed in (({0, 5, 7}, True), ({0, 5}, False)):
+        state = NodeState.whole(g for g in range(8) if g not in free)
+        out = _decide("gputopo", dumps(topo), state, req)
+        assert out.status is Status.NO_FIT and out.postponed is postponed
 
 
 def test_postpone_max_s_setting() -> None:
