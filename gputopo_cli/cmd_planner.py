@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
         lease_namespace: Annotated[str | None, typer.Option("--lease-namespace", help="namespace of the Lease (default gputopo-system)")] = None,
         metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="Prometheus /metrics port (default 9464; 0 = off)")] = None,
         log_level: Annotated[str | None, typer.Option("--log-level", help="debug | info | warning | error")] = None,
-        postpone_max_s: Annotated[float | None, typer.Option("--postpone-max-s", help="how long a gang of one bandwidth-sensitive multi-GPU pod may wait for a better GPU set, s from its Job's creation (default 1800; 0 = never)")] = None,
+        postpone_max_s: Annotated[float | None, typer.Option("--postpone-max-s", help="how long a gang of one bandwidth-sensitive multi-GPU pod may wait for a better GPU set, s from its first postponement (default 1800; 0 = never)")] = None,
         config: Annotated[Path | None, typer.Option("--config", help="YAML settings file (CLI > GPUTOPO_PLANNER_* env > file > defaults)")] = None,
     ) -> None:
         """Plan the Jobs labelled gputopo.io/queue (created suspended, annotated with a due

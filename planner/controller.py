@@ -502,11 +502,14 @@ class Planner:
                            f"{', '.join(dict.fromkeys(names))}: {gplan.reason}")
         for g, why in decision.waiting:
             old = plan_of(objs[g.uid])
-            if old is not None and old.get("state") == "waiting" and old.get("reason") == why:
+            since = decision.postponed.get(g.uid)
+            if old is not None and old.get("state") == "waiting" and old.get("reason") == why \
+                    and old.get("postponedAt") == (None if since is None else format_time(since)):
                 continue
             try:
                 self.api.patch_job(g.namespace, g.name, annotation_patch(objs[g.uid], {
-                    ANN_PLAN: gang_status("waiting", decided_s=now, reason=why)}))
+                    ANN_PLAN: gang_status("waiting", decided_s=now, reason=why,
+                                          postponed_s=since)}))
             except ApiError as exc:
                 log.warning("status of gang %s not written: %s", g.key, exc)
                 continue

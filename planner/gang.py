@@ -36,9 +36,14 @@ default policy refuses a node whose free GPUs offer no set at its threshold of t
 EffBW (Amaral et al. SC'17, Algorithm 1's postponement;
 :func:`topology.policies.default.postpone_below`: on a DGX-1 V100 a 3-GPU ring waits rather
 than take {1,5,6}), and the gang stays suspended until a point where
-some node offers one, or until ``postpone_max_s`` (1 800 s) after its Job was created; an idle
-node is never refused. A postponed gang preempts nothing: it could start now. Gangs of several
-pods are not postponed (a gang's bandwidth is mostly its NICs', and its pods start together).
+some node offers one, or until ``postpone_max_s`` (1 800 s) after it was first postponed; an
+idle node is never refused. The clock starts at the first postponement, not at the Job's
+creation: a gang that queued an hour for lack of GPUs may still wait for a good set once it
+could start, and the bound is on the delay the postponement itself adds (as the extender's and
+the simulators'). Its start is kept in the gang's ``gputopo.io/plan`` (``postponedAt``), so a
+new leader continues the same clock. A postponed gang preempts nothing: it could start now.
+Gangs of several pods are not postponed (a gang's bandwidth is mostly its NICs', and its pods
+start together).
 
 What the node states count (:func:`gang_nodes`): the GPUs of every pod bound to the node that
 is not finished (its ``gputopo.io/gpu-indices`` when the extender bound it, else as many GPUs
@@ -123,6 +128,9 @@ class ManagedGang(JobLifecycle):
         admitted_s: when the planner admitted it, Unix seconds to the millisecond (its
             ``gputopo.io/plan``'s ``decidedAt`` while the plan's state is ``running``); None
             when not running or admitted by no planner.
+        postponed_s: when the planner first postponed it (module docstring, "Postponement"),
+            Unix seconds (its ``gputopo.io/plan``'s ``postponedAt`` while the plan's state is
+            ``waiting``); None when never postponed.
         error: why it cannot be admitted ("" when it can).
     """
 
@@ -145,6 +153,7 @@ class ManagedGang(JobLifecycle):
     completed: frozenset[int] = frozenset()
     created_s: float = 0.0
     admitted_s: float | None = None
+    postponed_s: float | None = None
     error: str = ""
 
     def gang(self) -> Gang:
@@ -194,6 +203,7 @@ def parse_gang(obj: Mapping[str, Any]) -> ManagedGang:
         created_s=_time_or_none(str(meta.get("creationTimestamp", ""))) or 0.0,
         completed=_indexes(str(status.get("completedIndexes") or "")),
         admitted_s=_admitted_s(obj),
+        postponed_s=_postponed_s(obj),
     )
     try:
         parallelism = int(spec.get("parallelism") or 1)
@@ -230,6 +240,15 @@ def _admitted_s(obj: Mapping[str, Any]) -> float | None:
     if doc is None or doc.get("state") != "running":
         return None
     return _time_or_none(str(doc.get("decidedAt") or ""))
+
+
+def _postponed_s(obj: Mapping[str, Any]) -> float | None:
+    """When the planner first postponed this gang (its plan's ``postponedAt`` while the plan
+    is ``waiting``), or None."""
+    doc = plan_of(obj)
+    if doc is None or doc.get("state") != "waiting":
+        return None
+    return _time_or_none(str(doc.get("postponedAt") or ""))
 
 
 def _indexes(text: str) -> frozenset[int]:
@@ -361,6 +380,9 @@ class Admission:
     preempt: list[tuple[ManagedGang, ManagedGang]] = field(default_factory=list)  # victim, for
     waiting: list[tuple[ManagedGang, str]] = field(default_factory=list)
     invalid: list[ManagedGang] = field(default_factory=list)
+    #: Job UID -> when its postponement began (Unix s), for every waiting gang postponed now
+    #: or earlier: the ``postponedAt`` its waiting status keeps
+    postponed: dict[str, float] = field(default_factory=dict)
 
 
 def _free(nodes: list[GangNode], index: Mapping[str, int], gang: ManagedGang,
@@ -414,10 +436,11 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
     are on their way out), never for admitting.
 
     With the ``gputopo`` chooser and ``now_s`` (Unix seconds), a gang of one bandwidth-sensitive
-    multi-GPU pod created less than ``postpone_max_s`` seconds ago is admitted only where the
-    default policy's bounded postponement lets it start (module docstring, "Postponement"): a
-    gang the cluster could hold now but only on poor GPU sets keeps waiting, and preempts
-    nothing for a better set.
+    multi-GPU pod never postponed, or first postponed (``ManagedGang.postponed_s``) less than
+    ``postpone_max_s`` seconds ago, is admitted only where the default policy's bounded
+    postponement lets it start (module docstring, "Postponement"): a gang the cluster could
+    hold now but only on poor GPU sets keeps waiting (``Admission.postponed`` says since when),
+    and preempts nothing for a better set.
 
     ``first_seen`` (Job UID → rank) orders waiting gangs of one priority and creation second:
     the order the caller's watch first delivered them (the API's creation order). Gangs it does
@@ -441,14 +464,17 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
         try:
             gang = g.gang()
             if chooser == "gputopo" and now_s is not None:
-                patient = with_postponement(gang, now_s - g.created_s, postpone_max_s)
+                waited = 0.0 if g.postponed_s is None else now_s - g.postponed_s
+                patient = with_postponement(gang, waited, postpone_max_s)
             plan = choose_fn(current, hierarchy, patient or gang, evaluator=ev)
         except (RequestError, HierarchyError) as exc:
             out.invalid.append(ManagedGang(**{**g.__dict__, "error": str(exc)}))
             continue
         except GangNoFit as exc:
             if patient is not None and _fits(choose_fn, current, hierarchy, gang, ev):
-                left = postpone_max_s - (now_s or 0.0) + g.created_s
+                since = out.postponed[g.uid] = g.postponed_s if g.postponed_s is not None \
+                    else (now_s or 0.0)
+                left = postpone_max_s - (now_s or 0.0) + since
                 out.waiting.append((g, f"waiting for a better GPU set (at most {left:.0f} s "
                                        f"more): {exc}"))
                 continue
@@ -482,6 +508,9 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
             out.waiting.append((g, f"{why}; preempting {', '.join(v.key for v in victims)}"))
         else:
             out.waiting.append((g, why))
+    for g, _ in out.waiting:  # a clock once started runs on while the gang waits
+        if g.postponed_s is not None:
+            out.postponed.setdefault(g.uid, g.postponed_s)
     return out
 
 
@@ -534,11 +563,14 @@ def admission_patch(obj: Mapping[str, Any], nodes: Sequence[str]) -> list[dict[s
 
 
 def gang_status(state: str, *, decided_s: float, reason: str,
-                plan: GangPlan | None = None, nodes: Sequence[str] = ()) -> str:
+                plan: GangPlan | None = None, nodes: Sequence[str] = (),
+                postponed_s: float | None = None) -> str:
     """The ``gputopo.io/plan`` annotation of a gang: state, nodes, the domain, the predicted
-    bottleneck, why."""
+    bottleneck, why, and (``postponedAt``) when its postponement began."""
     doc: dict[str, Any] = {"state": state, "decidedAt": format_time(decided_s),
                            "reason": reason}
+    if postponed_s is not None:
+        doc["postponedAt"] = format_time(postponed_s)
     if nodes:
         doc["nodes"] = list(nodes)
     if plan is not None:

@@ -81,7 +81,7 @@ class PlannerSettings(FileBackedSettings):
         gang_chooser: ``gputopo`` (tightest domain by bandwidth, then PreservedBW) or
             ``kueue-tas`` (Kueue's best fit) — :mod:`planner.gang`.
         postpone_max_s: how long a gang of one bandwidth-sensitive multi-GPU pod may wait for
-            a better GPU set, s from the Job's creation (0 = never; the ``gputopo`` chooser
+            a better GPU set, s from its first postponement (0 = never; the ``gputopo`` chooser
             only): the default policy's bounded postponement, as the extender's
             ``postpone_max_s`` for pods it places (:func:`topology.gang.with_postponement`).
     """

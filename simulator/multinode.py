@@ -22,8 +22,8 @@ Policies (:data:`POLICIES`):
 * ``gputopo`` — :func:`topology.gang.choose`: the tightest domain, ranked by predicted
   bottleneck bandwidth and then by the PreservedBW it spends; GPUs by ``gputopo``. As the
   planner does, a job of one bandwidth-sensitive multi-GPU pod waits for a GPU set at its
-  threshold of the ideal for up to ``postpone_max_s`` after its arrival
-  (:func:`topology.gang.with_postponement`).
+  threshold of the ideal for up to ``postpone_max_s`` after it was first postponed
+  (:func:`topology.gang.with_postponement`); an event at the end of that bound looks again.
 
 The queue is FIFO with backfill for every policy (Kueue's BestEffortFIFO; kube-scheduler retries
 pods that do not fit): a job that does not fit is passed over, later ones may start.
@@ -211,7 +211,7 @@ class MultiSimulation:
         policy: one of :data:`POLICIES`.
         memo: per-class tables shared by a comparison's runs (None: this run's own).
         postpone_max_s: ``gputopo``: how long a job of one bandwidth-sensitive multi-GPU pod
-            may wait for a better GPU set, s after its arrival (0 = never).
+            may wait for a better GPU set, s after its first postponement (0 = never).
         judge: the model that prices a pod's EffBW inside its node
             (:data:`simulator.runtime.JUDGES`): ``gputopo-v1`` (the default) on the pod's
             mapping, as :func:`topology.gang.predict`; ``mapa-eq2`` or ``bottleneck`` on the
@@ -301,10 +301,11 @@ class MultiSimulation:
                 tried.add(key)
         return None
 
-    def _place(self, job: MultiJob, states: list[NodeState], now: float
-               ) -> list[tuple[int, Decision]] | None:
-        """The pods' nodes and decisions, or None when the job does not fit now (or, under
-        ``gputopo``, waits for a better GPU set)."""
+    def _place(self, job: MultiJob, states: list[NodeState], now: float,
+               postponed_at: dict[JobId, float]) -> list[tuple[int, Decision]] | None:
+        """The pods' nodes and decisions, or None when the job does not fit now or, under
+        ``gputopo``, waits for a better GPU set: then ``postponed_at[job.id]`` is set to
+        ``now`` unless its postponement already began."""
         if self.policy == "gang":
             scratch = list(states)
             out = []
@@ -318,12 +319,21 @@ class MultiSimulation:
             return out
         chooser = choose if self.policy == "gputopo" else choose_kueue
         gang = self._gang(job)
+        patient = None
         if self.policy == "gputopo":
-            gang = with_postponement(gang, now - job.arrival_s, self.postpone_max_s) or gang
+            since = postponed_at.get(job.id, now)
+            patient = with_postponement(gang, now - since, self.postpone_max_s)
+        nodes = self.cluster.nodes(states)
         try:
-            plan = chooser(self.cluster.nodes(states), self.cluster.hierarchy, gang,
+            plan = chooser(nodes, self.cluster.hierarchy, patient or gang,
                            evaluator=self.evaluator)
         except GangNoFit:
+            if patient is not None and job.id not in postponed_at:
+                try:  # would it start without waiting? then this is a postponement
+                    chooser(nodes, self.cluster.hierarchy, gang, evaluator=self.evaluator)
+                except GangNoFit:
+                    return None
+                postponed_at[job.id] = now
             return None
         return [(p.node, p.decision) for p in plan.pods]
 
@@ -398,22 +408,23 @@ class MultiSimulation:
             i = 0
             while i < len(queue):
                 job = queue[i]
-                shape = (self._shape(job), job.preferred)
+                patient = now - postponed_at.get(job.id, now) < self.postpone_max_s
+                shape = (self._shape(job), job.preferred, patient)
                 cap = sum(len(s.free_gpus(cl.topology)) // job.gpus for s in states)
                 if cap < job.pods or shape in rejected:
                     i += 1
                     continue
                 t0 = time.perf_counter()
-                pods = self._place(job, states, now)
+                pods = self._place(job, states, now, postponed_at)
                 ms = (time.perf_counter() - t0) * 1000.0
                 records[job.id].decision_ms += ms if pods is None else 0.0
                 if pods is None:
                     rejected.add(shape)
-                    bound = job.arrival_s + self.postpone_max_s
-                    if self.policy == "gputopo" and now < bound and job.id not in woken:
-                        # it may be waiting for a better set: look again when the wait ends
+                    if job.id in postponed_at and job.id not in woken:
+                        # waiting for a better set: look again when the wait ends
                         woken.add(job.id)
-                        heapq.heappush(events, (bound, 2, seq_next(), job.id))
+                        heapq.heappush(events, (postponed_at[job.id] + self.postpone_max_s,
+                                                2, seq_next(), job.id))
                     i += 1
                     continue
                 for node, d in pods:
@@ -458,6 +469,7 @@ class MultiSimulation:
 
         partial_ever: set[JobId] = set()
         woken: set[JobId] = set()  # jobs with an event at the end of their postponement
+        postponed_at: dict[JobId, float] = {}  # job -> when gputopo first postponed it
         submitted: dict[JobId, float] = {j.id: j.arrival_s for j in self.workload.jobs}
         due: dict[JobId, float] = {}
         timed_out: list[JobId] = []

@@ -5,6 +5,7 @@ GPUs alone."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -61,10 +62,10 @@ def cluster() -> FakeApi:
     return FakeApi([rack_node(f"r{r}-n{i}", f"r{r}") for r in range(2) for i in range(3)])
 
 
-def planner(api: FakeApi, **kw: object) -> Planner:
+def planner(api: FakeApi, clock: Callable[[], float] = lambda: T0, **kw: object) -> Planner:
     settings = PlannerSettings(leader_elect=False, metrics_port=0, max_iterations=50,
                                debounce_s=0, restart_s=0, **kw)  # type: ignore[arg-type]
-    return Planner(api, settings, clock=lambda: T0)
+    return Planner(api, settings, clock=clock)
 
 
 def start_pods(api: FakeApi, name: str) -> None:
@@ -247,8 +248,8 @@ def test_a_sensitive_gang_of_one_waits_for_a_better_set_within_the_bound() -> No
     """Issue 24's case through the planner: a DGX-1 V100 whose free GPUs are {1,5,6} (a 5-GPU
     ring holds {0,2,3,4,7}). A bandwidth-sensitive 3-GPU ring would get 52 % of its ideal
     EffBW under Eq. 2 there: it waits, as the extender postpones a pod it places, and preempts
-    nothing for a better set; once the bound has passed, or for an insensitive job, or for
-    the Kueue chooser, it starts there."""
+    nothing for a better set; once the bound has passed since its first postponement (not its
+    creation), or for an insensitive job, or for the Kueue chooser, it starts there."""
     ring = {ANN_PATTERN: "ring"}
     old = "2025-12-31T23:00:00Z"  # an hour before the planner's clock (T0)
 
@@ -264,7 +265,20 @@ def test_a_sensitive_gang_of_one_waits_for_a_better_set_within_the_bound() -> No
     assert plan["state"] == "waiting"
     assert "postponed" in plan["reason"] and "{1,5,6}" in plan["reason"]
     assert plan["reason"].startswith("waiting for a better GPU set (at most 1800 s more)")
-    assert run(gang("ring3", 1, 3, created=old, extra=ring))[0] == ["ml/ring3"]
+    assert plan["postponedAt"] == "2026-01-01T00:00:00.000Z"
+    # the clock is kept in the plan: another planner (a new leader) continues it, and the
+    # gang starts on {1,5,6} once 1 800 s have passed since it was first postponed
+    now = [T0 + 1799.0]
+    assert planner(api, clock=lambda: now[0]).reconcile("periodic").resumed == []
+    plan = api.plan_annotation("ring3")
+    assert plan["reason"].startswith("waiting for a better GPU set (at most 1 s more)")
+    assert plan["postponedAt"] == "2026-01-01T00:00:00.000Z"
+    now[0] = T0 + 1800.0
+    assert planner(api, clock=lambda: now[0]).reconcile("periodic").resumed == ["ml/ring3"]
+    # a Job that queued an hour before it could start has not waited for a better set yet
+    resumed, api = run(gang("ring3", 1, 3, created=old, extra=ring))
+    assert resumed == [] and api.plan_annotation("ring3")["reason"].startswith(
+        "waiting for a better GPU set (at most 1800 s more)")
     assert run(gang("ring3", 1, 3, extra={**ring, ANN_BW_SENSITIVE: "false"}))[0] \
         == ["ml/ring3"]
     assert run(gang("ring3", 1, 3, extra=ring), postpone_max_s=0)[0] == ["ml/ring3"]

@@ -120,6 +120,24 @@ def test_gputopo_postpones_a_sensitive_single_pod_job_and_judges_by_any_model(
         run({}, judge="fastest")
 
 
+def test_the_postponement_bound_counts_from_the_first_postponement(tmp_path: Path) -> None:
+    """As the planner's: a 3-GPU sensitive ring that first queues for lack of GPUs (an
+    insensitive job holds {1,5,6}, for 286 s on that set) is postponed from when they free,
+    not from its arrival, so with a 300 s bound it takes {1,5,6} 300 s later, before the
+    5-GPU ring ends."""
+    spec = write(tmp_path, {
+        "cluster": {"machine": "dgx1-v100", "blocks": 1, "racks": 1, "nodes": 1},
+        "jobs": [{"id": "a", "gpus": 5, "network": "vgg16", "runtime_s": 600},
+                 {"id": "x", "gpus": 3, "network": "vgg16", "runtime_s": 200,
+                  "sensitive": False},
+                 {"id": "b", "arrival_s": 1, "gpus": 3, "network": "vgg16", "runtime_s": 100}]})
+    result = MultiSimulation(load_multinode_workload(spec), "gputopo", postpone_max_s=300).run()
+    r = {x.job.id: x for x in result.records}
+    assert r["x"].gpus == ((1, 5, 6),) and r["x"].end_s > 200
+    assert r["b"].start_s == pytest.approx(r["x"].end_s + 300) and r["b"].gpus == ((1, 5, 6),)
+    assert r["b"].start_s < r["a"].end_s
+
+
 def test_bad_input(tmp_path: Path) -> None:
     with pytest.raises(SimulationError, match="multi-node policies are"):
         simulate_multinode(SMALL, ["fifo"])
