@@ -17,7 +17,9 @@ divided by ``--scale``:
 * **gputopo** — kube-scheduler with the gputopo extender (the Helm chart's configuration) and
   ``gputopo planner``: every job is a suspended Indexed Job the planner admits whole
   (``planner/gang.py``: the tightest domain, by bandwidth, then PreservedBW), the extender
-  keeps each pod on its planned node and picks its GPUs.
+  keeps each pod on its planned node and picks its GPUs. Both bound the postponement of a
+  sensitive job to 1 800 s, scaled (before session 11 it was 1 800 s of wall time: unbounded
+  within a run).
 
 Jobs come from :func:`simulator.multinode_workloads.hierarchy_workload` (MAPA's networks and
 run times; 30 % gangs of 2-4 pods of 4 or 8 GPUs). Like the simulator, a job runs
@@ -78,6 +80,7 @@ from topology.contract import (
 from topology.gang import Gang, GangNode, choose, predict
 from topology.hierarchy import DEFAULT as HIERARCHY
 from topology.policies.base import Decision, NodeState, NoFit, Request
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.evaluate import Evaluator
 
 OUT = Path(__file__).parent / "results"
@@ -474,7 +477,9 @@ def run_seed(seed: int, jobs: int, rate: float, scale: float,
     ideal = ideal_bottlenecks(wl)
     out: dict[str, Any] = {"jobs": len(wl.jobs), "gangs": sum(j.gang for j in wl.jobs)}
     binaries = find_binaries()
-    with ControlPlane(binaries) as cp, GpuCluster(cp) as gc:
+    bound = POSTPONE_MAX_S / scale  # the postponement's bound, scaled as the jobs' times
+    with ControlPlane(binaries) as cp, GpuCluster(
+            cp, extender_args=["--postpone-max-s", f"{bound:g}"]) as gc:
         cp.start_controller_manager(("job",))
         stages = job_stages(cp.default_kwok_stages(), cp.workdir / "kwok-job-stages.yaml")
         gc.start([(n, MACHINE) for n in RACKS], kwok_stages=stages, extender=False,
@@ -489,7 +494,8 @@ def run_seed(seed: int, jobs: int, rate: float, scale: float,
                 gc.extender.start()
                 gc.start_scheduler(scheduler_config(gc.extender.url))
                 settings = cp.workdir / "planner.yaml"
-                settings.write_text(yaml.safe_dump({"debounce_s": 0.1}))
+                settings.write_text(yaml.safe_dump({"debounce_s": 0.1,
+                                                    "postpone_max_s": bound}))
                 profiles = resources.files("simulator").joinpath("data/andreas-profiles.yaml")
                 planner = PlannerProcess(cp.kubeconfig_path, cp.workdir / "logs" /
                                          "gputopo-planner.log", Path(str(profiles)),

@@ -542,15 +542,19 @@ class GpuCluster:
         cp: a started control plane (stopping it stops what this started, too).
         policy: the extender's default policy.
         namespace: where pods go (its ``default`` ServiceAccount is created).
+        extender_args: more ``gputopo extender`` flags (e.g. a replay's time-scaled
+            ``--postpone-max-s``).
     """
 
     def __init__(
-        self, cp: ControlPlane, *, policy: str = "gputopo", namespace: str = DEFAULT_NAMESPACE
+        self, cp: ControlPlane, *, policy: str = "gputopo", namespace: str = DEFAULT_NAMESPACE,
+        extender_args: Sequence[str] = (),
     ) -> None:
         self.cp = cp
         self.namespace = namespace
         self.extender = ExtenderProcess(
-            cp.kubeconfig_path, cp.workdir / "logs" / "gputopo-extender.log", policy=policy
+            cp.kubeconfig_path, cp.workdir / "logs" / "gputopo-extender.log", policy=policy,
+            extra_args=extender_args,
         )
         self.scheduler: ManagedProcess | None = None
         self.scheduler_config = ""
