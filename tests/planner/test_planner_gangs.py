@@ -266,6 +266,13 @@ def test_a_sensitive_gang_of_one_waits_for_a_better_set_within_the_bound() -> No
     assert "postponed" in plan["reason"] and "{1,5,6}" in plan["reason"]
     assert plan["reason"].startswith("waiting for a better GPU set (at most 1800 s more)")
     assert plan["postponedAt"] == "2026-01-01T00:00:00.000Z"
+    # every GPU taken meanwhile: it waits for room, and its clock runs on
+    hold(api, "r0-n0", "0,1,2,3,4,5,6,7")
+    assert planner(api, clock=lambda: T0 + 600.0).reconcile("periodic").resumed == []
+    plan = api.plan_annotation("ring3")
+    assert "better GPU set" not in plan["reason"]
+    assert plan["postponedAt"] == "2026-01-01T00:00:00.000Z"
+    hold(api, "r0-n0", "0,2,3,4,7")
     # the clock is kept in the plan: another planner (a new leader) continues it, and the
     # gang starts on {1,5,6} once 1 800 s have passed since it was first postponed
     now = [T0 + 1799.0]
