@@ -159,6 +159,7 @@ class Planner:
         # showed the Job: the gangs' queue order within one creation second
         self._first_seen: dict[str, int] = {}
         self._next_seen = itertools.count()
+        self._postponement_ends: float | None = None
         self._warned: set[str] = set()
         self._finished: dict[str, float] = {}  # uid -> tardiness cost, EUR
         self._profiles = ProfileDocument.model_validate({})
@@ -217,19 +218,33 @@ class Planner:
         if not obs or job.epochs_done > obs[-1].epochs_done:
             obs.append(EpochObservation(now, job.epochs_done))
 
+    @property
+    def postponement_ends(self) -> float | None:
+        """When the first bound of the gangs the last rescheduling point postponed ends (Unix
+        seconds; ``postponedAt + postpone_max_s``), or None: :meth:`run` holds a point then
+        (trigger ``postponement-ended``), so a gang's wait does not outlast its bound by up to
+        ``interval_s``."""
+        with self._lock:
+            return self._postponement_ends
+
     # ------------------------------------------------------------------ loop
     def run(self) -> None:
-        """Plan at every trigger and every ``interval_s`` until :meth:`stop`."""
+        """Plan at every trigger, every ``interval_s`` and when a gang's postponement ends
+        (:attr:`postponement_ends`) until :meth:`stop`."""
         next_periodic = self.clock()
         while not self._stop.is_set():
-            timeout = max(0.0, next_periodic - self.clock())
-            woke = self._wake.wait(timeout)
+            ends = self.postponement_ends
+            due = next_periodic if ends is None else min(next_periodic, ends)
+            woke = self._wake.wait(max(0.0, due - self.clock()))
             if self._stop.is_set():
                 break
             if woke and self.settings.debounce_s:
                 time.sleep(self.settings.debounce_s)
             with self._lock:
-                trigger = self._trigger if woke else "periodic"
+                ended = ends is not None and self.clock() >= ends and \
+                    self.clock() < next_periodic
+                trigger = self._trigger if woke else \
+                    ("postponement-ended" if ended else "periodic")
                 self._trigger = "periodic"
             self._wake.clear()
             try:
@@ -445,6 +460,8 @@ class Planner:
         node their pods hold without being bound yet (admitted now or earlier), which the
         single-pod plan must leave alone."""
         if not gang_objs:
+            with self._lock:
+                self._postponement_ends = None
             return {}
         objs = {str((o.get("metadata") or {}).get("uid", "")): o for o in gang_objs}
         labels = {uid: ((o.get("metadata") or {}).get("labels") or {}) for uid, o in objs.items()}
@@ -463,6 +480,12 @@ class Planner:
                           chooser=self.settings.gang_chooser, evaluator=self.gang_evaluator,
                           first_seen=first_seen, now_s=now,
                           postpone_max_s=self.settings.postpone_max_s)
+        bounds = [since + self.settings.postpone_max_s
+                  for g, _ in decision.waiting
+                  if (since := decision.postponed.get(g.uid)) is not None
+                  and since + self.settings.postpone_max_s > now]
+        with self._lock:
+            self._postponement_ends = min(bounds, default=None)
         for g in decision.invalid:
             if g.uid not in self._warned:
                 self._warned.add(g.uid)

@@ -309,6 +309,33 @@ def test_a_sensitive_gang_of_one_waits_for_a_better_set_within_the_bound() -> No
     assert planner(api).reconcile("job-added").resumed == ["ml/ring3"]
 
 
+def test_the_loop_holds_a_point_when_a_postponement_ends() -> None:
+    """The bound is a promise: with rescheduling points every 300 s, a postponed gang would
+    otherwise wait up to 300 s past it. :meth:`Planner.run` wakes when the first bound ends."""
+    import threading
+    import time
+
+    api = FakeApi([rack_node("r0-n0", "r0")])
+    hold(api, "r0-n0", "0,2,3,4,7")
+    api.add_job(gang("ring3", 1, 3, extra={ANN_PATTERN: "ring"}))
+    p = planner(api, clock=time.time, postpone_max_s=0.5, interval_s=300)
+    assert p.postponement_ends is None
+    t = threading.Thread(target=p.run, daemon=True)
+    t.start()
+    try:
+        deadline = time.monotonic() + 20
+        while api.jobs["ring3"]["spec"]["suspend"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        p.stop()
+        t.join(10)
+    assert api.jobs["ring3"]["spec"]["suspend"] is False  # admitted on {1,5,6} at the bound
+    ended = p.metrics.registry.get_sample_value(
+        "gputopo_planner_rescheduling_points_total", {"trigger": "postponement-ended"})
+    assert ended is not None and ended >= 1
+    assert p.postponement_ends is None
+
+
 def test_required_level_and_invalid_gangs() -> None:
     api = cluster()
     api.add_job(gang("wide", 4, 8, extra={ANN_TOPOLOGY_REQUIRED: LABEL_RACK}))
