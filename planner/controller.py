@@ -39,7 +39,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planner.cluster import EnergyLedger, GpuNode, held_gpus, job_of, parse_node
+from planner.cluster import (
+    EnergyLedger,
+    GpuNode,
+    held_gpus,
+    job_of,
+    parse_node,
+    pod_gpus,
+    pod_terminal,
+)
 from planner.gang import (
     admission_patch,
     decide,
@@ -203,6 +211,21 @@ class Planner:
             self.wake("job-finished")
         elif job.waiting and not old.waiting:
             self.wake("job-stopped")
+
+    def observe_pod(self, event_type: str, pod: Mapping[str, Any]) -> None:
+        """A watch event on a pod that may hold GPUs: when one bound to a node goes
+        (``DELETED``: deleted, or ended — the watch's field selector drops Succeeded and Failed
+        pods) or ends while a managed Job waits, wake the loop (trigger ``gpus-freed``). GPUs
+        that pods outside the planner's Jobs free would otherwise wait for the next periodic
+        point."""
+        if event_type != "DELETED" and not pod_terminal(pod):
+            return
+        if not (pod.get("spec") or {}).get("nodeName") or pod_gpus(pod) < 1:
+            return
+        with self._lock:
+            waiting = any(j.waiting for j in self._known.values())
+        if waiting:
+            self.wake("gpus-freed")
 
     def _see(self, uid: str) -> None:
         """Rank ``uid`` after every Job seen before it, the first time it is seen (caller

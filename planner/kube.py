@@ -131,8 +131,13 @@ class KubeClient:
         return self._list(self.batch.list_job_for_all_namespaces, label_selector=self.selector)
 
     def list_pods(self) -> list[dict[str, Any]]:
+        return self.list_pods_versioned()[0]
+
+    def list_pods_versioned(self) -> tuple[list[dict[str, Any]], str]:
+        """Pods that may hold GPUs (not Succeeded/Failed), every namespace, and the list's
+        resourceVersion (where :meth:`watch_pods` starts)."""
         return self._list(self.core.list_pod_for_all_namespaces,
-                          field_selector=POD_FIELD_SELECTOR)[0]
+                          field_selector=POD_FIELD_SELECTOR)
 
     def list_job_pods(self) -> list[dict[str, Any]]:
         if self.namespace:
@@ -147,15 +152,29 @@ class KubeClient:
         Raises:
             ApiError: the watch failed (status 410: the resourceVersion is too old).
         """
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
         fn: Any
         kwargs: dict[str, Any] = {"label_selector": self.selector}
         if self.namespace:
             fn, kwargs["namespace"] = self.batch.list_namespaced_job, self.namespace
         else:
             fn = self.batch.list_job_for_all_namespaces
+        return self._watch(fn, kwargs, resource_version, timeout_s)
+
+    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[dict[str, Any]]:
+        """Events ``{"type", "object"}`` of the pods :meth:`list_pods_versioned` lists, from
+        ``resource_version``; a pod that ends (Succeeded/Failed) leaves the field selector and
+        comes as ``DELETED``. Ends on timeout.
+
+        Raises:
+            ApiError: the watch failed (status 410: the resourceVersion is too old).
+        """
+        return self._watch(self.core.list_pod_for_all_namespaces,
+                           {"field_selector": POD_FIELD_SELECTOR}, resource_version, timeout_s)
+
+    def _watch(self, fn: Any, kwargs: Mapping[str, Any], resource_version: str,
+               timeout_s: int) -> Iterator[dict[str, Any]]:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
 
         def raw(**kw: Any) -> Any:
             return fn(**kw)

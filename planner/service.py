@@ -1,5 +1,5 @@
-"""Running the planner as a service: the Job watch, leader election (a coordination.k8s.io
-Lease, ``kubernetes.leaderelection``), the metrics server, and the loop.
+"""Running the planner as a service: the Job and pod watches, leader election (a
+coordination.k8s.io Lease, ``kubernetes.leaderelection``), the metrics server, and the loop.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from planner.controller import Planner
 from planner.kube import ApiError, KubeClient
@@ -24,16 +26,31 @@ WATCH_TIMEOUT_S = 300
 
 
 def watch_jobs(api: KubeClient, planner: Planner, stop: threading.Event) -> None:
-    """Feed managed-Job events to :meth:`Planner.observe` until ``stop`` (list, then watch
-    from the list's resourceVersion; relist after 410 Gone or an error)."""
+    """Feed managed-Job events to :meth:`Planner.observe` until ``stop``."""
+    watch("job", api.list_jobs, api.watch_jobs, planner.observe, stop)
+
+
+def watch_pods(api: KubeClient, planner: Planner, stop: threading.Event) -> None:
+    """Feed events of pods that may hold GPUs to :meth:`Planner.observe_pod` until ``stop``
+    (the list is not replayed: only GPUs freed from now on wake the loop)."""
+    watch("pod", api.list_pods_versioned, api.watch_pods, planner.observe_pod, stop,
+          replay=False)
+
+
+def watch(what: str, list_fn: Callable[[], tuple[list[dict[str, Any]], str]],
+          watch_fn: Callable[[str, int], Iterator[dict[str, Any]]],
+          observe: Callable[[str, Mapping[str, Any]], None], stop: threading.Event, *,
+          replay: bool = True) -> None:
+    """List, then watch from the list's resourceVersion, feeding ``observe`` (the listed
+    objects as ``SYNC`` when ``replay``), until ``stop``; relist after 410 Gone or an error."""
     rv = ""
     while not stop.is_set():
         try:
             if not rv:
-                items, rv = api.list_jobs()
-                for obj in items:
-                    planner.observe("SYNC", obj)
-            for event in api.watch_jobs(rv, WATCH_TIMEOUT_S):
+                items, rv = list_fn()
+                for obj in items if replay else ():
+                    observe("SYNC", obj)
+            for event in watch_fn(rv, WATCH_TIMEOUT_S):
                 if stop.is_set():
                     return
                 obj = event.get("object") or {}
@@ -41,16 +58,16 @@ def watch_jobs(api: KubeClient, planner: Planner, stop: threading.Event) -> None
                     rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
                     continue
                 rv = str((obj.get("metadata") or {}).get("resourceVersion") or rv)
-                planner.observe(str(event.get("type")), obj)
+                observe(str(event.get("type")), obj)
         except ApiError as exc:
             if exc.status == 410:
                 rv = ""
                 continue
-            log.warning("job watch failed, retrying: %s", exc)
+            log.warning("%s watch failed, retrying: %s", what, exc)
             rv = ""
             stop.wait(2.0)
         except Exception:  # noqa: BLE001 - the watch must come back
-            log.exception("job watch failed, retrying")
+            log.exception("%s watch failed, retrying", what)
             rv = ""
             stop.wait(2.0)
 
@@ -73,9 +90,12 @@ def run(settings: PlannerSettings) -> None:
 
     def lead() -> None:
         metrics.leader.set(1)
-        log.info("planner leading: every %.0f s and on Job events", settings.interval_s)
+        log.info("planner leading: every %.0f s, on Job events and on GPUs freed",
+                 settings.interval_s)
         threading.Thread(target=watch_jobs, args=(api, planner, stop), daemon=True,
                          name="gputopo-planner-watch").start()
+        threading.Thread(target=watch_pods, args=(api, planner, stop), daemon=True,
+                         name="gputopo-planner-pod-watch").start()
         planner.run()
 
     if not settings.leader_elect:

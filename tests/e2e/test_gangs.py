@@ -6,7 +6,8 @@ index, on kwok DGX-1 V100 nodes labelled with a hierarchy (one block, two racks 
 Checked: a gang that fits a rack gets all its pods bound inside one rack, each on the node the
 planner wrote for its index, with the GPUs the extender chose (consistent bookings); a gang
 that does not fit waits suspended with no pod and no GPU; a gang of higher priority preempts
-the most recently admitted gang of lower priority whole — all its pods go — and takes its rack.
+the most recently admitted gang of lower priority whole — all its pods go — and takes its rack;
+a GPU pod the planner does not manage going while a gang waits wakes the planner.
 """
 
 from __future__ import annotations
@@ -143,3 +144,42 @@ def test_gangs_are_admitted_whole_wait_holding_nothing_and_are_preempted_whole(
     # train-b still waits for room and holds nothing
     assert batch.read_namespaced_job("train-b", NAMESPACE).spec.suspend is True
     assert gc.list_pods("batch.kubernetes.io/job-name=train-b") == []
+
+
+def rescheduling_points(planner: PlannerProcess, trigger: str) -> float:
+    """``gputopo_planner_rescheduling_points_total{trigger=...}`` as the planner serves it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(planner.metrics()):
+        for sample in family.samples:
+            if sample.name == "gputopo_planner_rescheduling_points_total" and \
+                    sample.labels.get("trigger") == trigger:
+                return float(sample.value)
+    return 0.0
+
+
+def test_gpus_freed_by_a_pod_outside_the_planners_jobs_wake_the_planner(
+    cluster: tuple[GpuCluster, PlannerProcess],
+) -> None:
+    """While a gang waits, a GPU pod the planner does not manage goes: the planner's pod watch
+    (the real apiserver's watch, field-selected to pods that may hold GPUs) holds a
+    rescheduling point for it (trigger ``gpus-freed``), not only its periodic ones."""
+    gc, planner = cluster
+    batch = k8s_client.BatchV1Api(gc.cp.api_client())
+    # five 8-GPU pods never fit four nodes: it waits for as long as this test runs
+    batch.create_namespaced_job(NAMESPACE, gang_manifest("too-wide", pods=5, gpus=8))
+    try:
+        wait_until(lambda: plan(batch, "too-wide").get("state") == "waiting", 30,
+                   "too-wide marked waiting", interval_s=0.3)
+        before = rescheduling_points(planner, "gpus-freed")
+        gc.core.create_namespaced_pod(NAMESPACE, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "bare-gpu", "namespace": NAMESPACE},
+            "spec": {"nodeName": "dgx-r1-b", "containers": [{
+                "name": "c", "image": "busybox",
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        gc.core.delete_namespaced_pod("bare-gpu", NAMESPACE, grace_period_seconds=0)
+        wait_until(lambda: rescheduling_points(planner, "gpus-freed") > before, 30,
+                   "a gpus-freed rescheduling point", interval_s=0.3)
+    finally:
+        batch.delete_namespaced_job("too-wide", NAMESPACE, propagation_policy="Background")

@@ -218,6 +218,33 @@ def test_observe_wakes_on_arrivals_finishes_and_stopped_jobs() -> None:
     assert p._trigger == "job-finished"
 
 
+def test_gpus_freed_by_other_pods_wake_the_loop_while_a_job_waits() -> None:
+    """A pod outside the planner's Jobs that held GPUs ends or goes: a waiting Job may now
+    fit, so the loop holds a point (``gpus-freed``) rather than wait for the periodic one."""
+    api = armida()
+    p, _ = planner(api)
+    pod = {"metadata": {"name": "bare", "namespace": "ml", "uid": "bare"},
+           "spec": {"nodeName": "n1", "containers": [
+               {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+           "status": {"phase": "Running"}}
+    p._trigger = "periodic"
+    p.observe_pod("DELETED", pod)
+    assert p._trigger == "periodic"  # nothing waits: no point
+    p.observe("ADDED", job("x", due=at(1000), weight=1, epochs=5))  # suspended, no pods
+    p._trigger = "periodic"
+    for event, obj in (("MODIFIED", pod), ("ADDED", pod),  # still running
+                       ("DELETED", {**pod, "spec": {**pod["spec"], "nodeName": None}}),
+                       ("DELETED", {**pod, "spec": {"nodeName": "n1", "containers": [
+                           {"name": "c"}]}})):  # never bound, or no GPU
+        p.observe_pod(event, obj)
+        assert p._trigger == "periodic", (event, obj)
+    p.observe_pod("MODIFIED", {**pod, "status": {"phase": "Succeeded"}})
+    assert p._trigger == "gpus-freed"
+    p._trigger = "periodic"
+    p.observe_pod("DELETED", pod)
+    assert p._trigger == "gpus-freed"
+
+
 def test_job_annotations_are_parsed() -> None:
     j = parse_job(job("x", due="2026-01-01T01:00:00+01:00", weight=2.5, epochs=7, done=3,
                       extra={"gputopo.io/epoch-time-s": '{"Tesla T4:1": 12}'}))
