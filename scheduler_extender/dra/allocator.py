@@ -44,6 +44,15 @@ again without it.
 Decisions run on one thread, in arrival order (a scheduling queue); writes run on
 ``writers`` threads. What cannot be placed now waits and is retried when GPUs are freed,
 offered or a claim changes; its reason goes to the pod as an Event.
+
+**Bounded postponement** (issue 24, as the extender's filter: :mod:`scheduler_extender.pending`).
+A bandwidth-sensitive pod of several whole GPUs asks the policy with
+``Request.wait_for_better``, so a busy node whose every free set is below the default policy's
+threshold of the ideal EffBW answers :class:`~topology.policies.base.Postponed`. When no node
+places the pod and some postponed it, it waits ("waiting for a better GPU set") and is retried
+as any waiting pod, and once more when its bound ends: ``postpone_max_s`` after its first
+postponement it asks without the flag and takes what the rule gives. A pod with an allocated
+claim already (its node is decided) or a co-location slot never waits so.
 """
 
 from __future__ import annotations
@@ -84,6 +93,8 @@ from topology.dra import DeviceKind
 from topology.model import Topology
 from topology.policies.base import Decision, Resident
 from topology.policies.common import effective_bandwidth, mapped_edges
+from topology.policies.default import POSTPONE_MAX_S
+from topology.policies.registry import get_policy
 
 log = logging.getLogger("gputopo.dra.allocator")
 
@@ -226,12 +237,17 @@ class Allocator:
         profiles: the co-location profile layers.
         writers: threads making API writes (claims and pods of several pods at once).
         clock: RFC 3339 "now" (tests pin it).
+        postpone_max_s: how long a bandwidth-sensitive multi-GPU pod may be postponed for a
+            better set, s from its first postponement (module docstring); 0 = never.
+        monotonic: the clock of that bound, s (tests pin it).
     """
 
     def __init__(
         self, state: DraState, api: AllocatorAPI, *, policy: str = "gputopo",
         colocation_policy: str = "gputopo", profiles: ProfileLayers | None = None,
         writers: int = 16, clock: Callable[[], str] | None = None,
+        postpone_max_s: float = POSTPONE_MAX_S,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
         self.api = api
@@ -253,6 +269,10 @@ class Allocator:
         # replaces): a pod is never decided twice at once
         self._busy: set[str] = set()
         self._released: set[str] = set()           # pod uids whose gate this allocator removed
+        self.postpone_max_s = postpone_max_s
+        self._monotonic = monotonic
+        self._postponed: dict[str, float] = {}     # pod uid -> its first postponement
+        self._recheck: dict[str, float] = {}       # pod key -> when its postponement ends
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(max_workers=writers,
                                            thread_name_prefix="gputopo-dra-write")
@@ -288,6 +308,8 @@ class Allocator:
                 uid = str(_meta(pod).get("uid") or "")
                 self._tried.pop(uid, None)
                 self._released.discard(uid)
+                self._postponed.pop(uid, None)
+                self._recheck.pop(key, None)
                 self._queue.pop(key, None)
                 return
             refs = pod_claim_refs(pod)
@@ -384,6 +406,17 @@ class Allocator:
                 self._queue[key] = None
         self._wake.notify()
 
+    def recheck_postponed(self) -> list[str]:
+        """Queue again the postponed pods whose bound has ended (the loop calls it before
+        each decision and every second while idle); returns their keys."""
+        now = self._monotonic()
+        with self._lock:
+            due = [k for k, t in self._recheck.items() if t <= now]
+            for k in due:
+                del self._recheck[k]
+                self._enqueue(k)
+            return due
+
     def pending(self) -> dict[str, str]:
         """Pods waiting for GPUs → why (snapshot)."""
         with self._lock:
@@ -393,8 +426,10 @@ class Allocator:
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
+                self.recheck_postponed()
                 while not self._queue and not self._stop.is_set():
                     self._wake.wait(1.0)
+                    self.recheck_postponed()
                 if self._stop.is_set():
                     return
                 key, _ = self._queue.popitem(last=False)
@@ -497,7 +532,14 @@ class Allocator:
             self._tried.pop(uid, None)  # every node refused once: try them all again
             names = [n for n in self.state.node_names() if n not in refused
                      or refused[n] == "kube-scheduler refused the pod there"]
-        ask = Ask(preq.request, policy, uid, required)
+        request = preq.request
+        waits = (self.postpone_max_s > 0 and required is None and preq.may_wait
+                 and request.postponable and not request.fractional and request.shared is None
+                 and get_policy(policy).lookahead)
+        since = self._postponed.get(uid)
+        if waits and (since is None or self._monotonic() - since < self.postpone_max_s):
+            request = replace(request, wait_for_better=True)
+        ask = Ask(request, policy, uid, required)
         # per request, as kube-scheduler: first on the GPUs some request tolerates; a set that
         # cannot be handed out so that each request gets GPUs it tolerates is decided again
         # on the GPUs every request tolerates (always assignable)
@@ -531,6 +573,14 @@ class Allocator:
         if best is None:
             reasons = {r.name: r.outcome.reason + (f" ({tainted[r.name]})" if r.name in tainted
                                                    else "") for r in rows} | refused
+            if any(r.outcome.postponed for r in rows):
+                with self._lock:
+                    first = self._postponed.setdefault(uid, self._monotonic())
+                    self._recheck[key] = first + self.postpone_max_s
+                self._wait(key, f"waiting for a better GPU set (at most {self.postpone_max_s:.0f}"
+                           " s from its first postponement): " + "; ".join(
+                               f"{n}: {why}" for n, why in sorted(reasons.items())[:8]))
+                return
             self._wait(key, "no node has the GPUs: " + "; ".join(
                 f"{n}: {why}" for n, why in sorted(reasons.items())[:8]) if reasons else
                 "no node offers gputopo GPUs")
@@ -554,6 +604,7 @@ class Allocator:
             return
         with self._lock:
             self._busy.add(uid)
+            self._recheck.pop(key, None)
             rec.reason = ""
             rec.annotations = assignment_annotations(decision, best.name)
             current = self._pods.get(key)

@@ -548,3 +548,64 @@ def test_assign_tolerated_keeps_the_pattern_split_where_allowed() -> None:
     assert assign_tolerated([3, 1, 2, 0], [2, 2], [(2,), (2,)]) is None
     # request 1 may have only GPU 0: it gets it, request 0 the rest in their order
     assert assign_tolerated([0, 1, 2, 3], [3, 1], [(), (1, 2, 3)]) == [1, 2, 3, 0]
+
+
+def test_a_sensitive_ring_waits_for_a_better_set_within_the_bound() -> None:
+    """Issue 24's case on the DRA path, as the extender's filter decides it: a 5-GPU claim
+    holds {0,2,3,4,7} of a DGX-1 V100; a bandwidth-sensitive 3-GPU ring would get {1,5,6}
+    (48 % of its ideal by the bottleneck), so it waits ("waiting for a better GPU set"), is
+    allocated an NVLink triangle once the 5-GPU pod goes, or {1,5,6} once ``postpone_max_s``
+    has passed since its first postponement; an insensitive ring does not wait."""
+    now = [0.0]
+
+    def setup(**kw: Any) -> tuple[Any, Any]:
+        alloc, api = cluster({"n0": "dgx1-v100"}, monotonic=lambda: now[0], **kw)
+        api.add_claim(claim_obj("ns", "five", [gpus("g", 5)]))
+        api.add_pod(pod_obj("ns", "five", [("g", "five")]))
+        drain(alloc)
+        obj = api.claims["ns/five"]  # pin the set the issue names
+        for r, g in zip(obj["status"]["allocation"]["devices"]["results"], (0, 2, 3, 4, 7),
+                        strict=True):
+            r["device"] = dra.device_name(g)
+        obj["metadata"]["resourceVersion"] = "999"
+        alloc.on_claim("MODIFIED", copy.deepcopy(obj))
+        return alloc, api
+
+    ring = {ANN_PATTERN: "ring"}
+    alloc, api = setup(postpone_max_s=300)
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations=ring))
+    drain(alloc)
+    assert api.claims["ns/three"]["status"] == {}
+    why = alloc.pending()["ns/three"]
+    assert why.startswith("waiting for a better GPU set") and "{1,5,6}" in why
+    assert alloc.recheck_postponed() == []
+    now[0] = 299.0
+    with alloc._lock:  # noqa: SLF001 - a GPU event: still postponed
+        alloc._wake_waiting()  # noqa: SLF001
+    drain(alloc)
+    assert api.claims["ns/three"]["status"] == {}
+    now[0] = 300.0  # the bound ends: queued again, it takes what the rule gives
+    assert alloc.recheck_postponed() == ["ns/three"]
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6]
+    assert not alloc.pending()
+
+    now[0] = 0.0  # the 5-GPU pod goes within the bound: an NVLink triangle
+    alloc, api = setup()
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations=ring))
+    drain(alloc)
+    assert "ns/three" in alloc.pending()
+    api.delete_pod("ns/five")
+    drain(alloc)
+    got = sorted(_indices(api.claims["ns/three"]))
+    assert got != [1, 5, 6] and len(got) == 3
+
+    for kw, ann in (({}, {**ring, "gputopo.io/bandwidth-sensitive": "false"}),
+                    ({"postpone_max_s": 0}, ring)):
+        alloc, api = setup(**kw)
+        api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+        api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations=ann))
+        drain(alloc)
+        assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6], kw
