@@ -231,7 +231,8 @@ class Service:
         self.state = DraState()
         self.allocator = Allocator(self.state, self.api, policy=settings.policy,
                                    colocation_policy=settings.colocation_policy,
-                                   profiles=profiles, writers=settings.writers)
+                                   profiles=profiles, writers=settings.writers,
+                                   postpone_max_s=settings.postpone_max_s)
         self.feeds = Feeds(self.api, self.allocator)
         self.leading = not settings.leader_elect
         self._synced = False

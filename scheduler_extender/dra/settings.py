@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.registry import UnknownPolicy, get_policy
 from topology.settings_file import (
     FileBackedSettings,
@@ -44,6 +45,9 @@ class AllocatorSettings(FileBackedSettings):
         profile_catalog: the shipped co-location catalog (a built-in name or a file).
         user_profiles: the user's co-location profiles (file or directory), or None.
         writers: API writes in flight at once (claims and pods of several pods).
+        postpone_max_s: how long a bandwidth-sensitive multi-GPU pod may be postponed for a
+            better set (s, from its first postponement; 0 = never): the default policy's
+            bounded postponement, as the extender's (:mod:`scheduler_extender.dra.allocator`).
         leader_elect: hold a coordination.k8s.io Lease before allocating (one active
             allocator: two would each believe a GPU is free).
         lease_name, lease_namespace: the Lease.
@@ -63,6 +67,7 @@ class AllocatorSettings(FileBackedSettings):
     profile_catalog: str | None = None
     user_profiles: Path | None = None
     writers: int = Field(default=16, ge=1, le=256)
+    postpone_max_s: float = Field(default=POSTPONE_MAX_S, ge=0, le=7 * 24 * 3600)
     leader_elect: bool = True
     lease_name: str = "gputopo-dra-allocator"
     lease_namespace: str = "gputopo-system"

@@ -43,9 +43,11 @@ def test_only_dra_mode_renders_the_allocator(helm_available: None) -> None:
     args = dict(a.removeprefix("--").split("=", 1) for a in c["args"][1:])
     # the rendered flags are ones the allocator accepts
     settings = load_settings({"policy": args["policy"], "writers": int(args["writers"]),
+                              "postpone_max_s": float(args["postpone-max-s"]),
                               "port": int(args["port"]), "lease_namespace": args[
                                   "lease-namespace"], "log_level": args["log-level"]})
     assert settings.policy == "gputopo" and settings.leader_elect
+    assert settings.postpone_max_s == 1800
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert find(objs, "MutatingAdmissionPolicy", "gputopo-gate-claim-pods")
