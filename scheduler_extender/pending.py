@@ -217,6 +217,19 @@ class PendingPods:
             return listed
 
 
+def may_postpone(request: Request, policy: str) -> bool:
+    """The bounded postponement applies to ``request`` under ``policy``: whole GPUs, bandwidth
+    sensitive and several (``Request.postponable``), and a policy that reads
+    ``Request.wait_for_better`` (``PolicySpec.lookahead``). Callers add the bound and whether
+    the pod may wait at all (the extender's :func:`with_lookahead`, the DRA allocator).
+
+    Raises:
+        UnknownPolicy: ``policy`` is not registered.
+    """
+    return (request.postponable and not request.fractional and request.shared is None
+            and get_policy(policy).lookahead)
+
+
 def with_lookahead(request: Request, policy: str, pending: PendingPods | None, uid: str,
                    limit: int, *, may_wait: bool = True) -> Request:
     """``request`` with the pending pods as ``Request.upcoming`` when ``policy`` reads them
@@ -233,7 +246,7 @@ def with_lookahead(request: Request, policy: str, pending: PendingPods | None, u
             or not get_policy(policy).lookahead):
         return request
     waiting = pending.upcoming(exclude=uid, limit=min(limit, MAX_UPCOMING)) if limit > 0 else ()
-    wait = may_wait and request.postponable and pending.may_wait(uid)
+    wait = may_wait and may_postpone(request, policy) and pending.may_wait(uid)
     if waiting == request.upcoming and wait == request.wait_for_better:
         return request
     return request.with_queue(waiting, wait)

@@ -85,6 +85,7 @@ from scheduler_extender.dra.claims import (
 )
 from scheduler_extender.dra.state import DraState, claim_ref
 from scheduler_extender.kubernetes_state import ApiError
+from scheduler_extender.pending import may_postpone
 from scheduler_extender.podspec import PodRequest, PodSpecError, choose_policy, parse_pod
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import Allocation, ReservationConflict
@@ -94,7 +95,6 @@ from topology.model import Topology
 from topology.policies.base import Decision, Resident
 from topology.policies.common import effective_bandwidth, mapped_edges
 from topology.policies.default import POSTPONE_MAX_S
-from topology.policies.registry import get_policy
 
 log = logging.getLogger("gputopo.dra.allocator")
 
@@ -534,8 +534,7 @@ class Allocator:
                      or refused[n] == "kube-scheduler refused the pod there"]
         request = preq.request
         waits = (self.postpone_max_s > 0 and required is None and preq.may_wait
-                 and request.postponable and not request.fractional and request.shared is None
-                 and get_policy(policy).lookahead)
+                 and may_postpone(request, policy))
         since = self._postponed.get(uid)
         if waits and (since is None or self._monotonic() - since < self.postpone_max_s):
             request = replace(request, wait_for_better=True)
