@@ -471,7 +471,7 @@ def decide(gangs: Sequence[ManagedGang], nodes: Sequence[GangNode], hierarchy: H
             out.invalid.append(ManagedGang(**{**g.__dict__, "error": str(exc)}))
             continue
         except GangNoFit as exc:
-            if patient is not None and _fits(choose_fn, current, hierarchy, gang, ev):
+            if patient is not None and exc.postponed:  # it would start now without the wait
                 since = out.postponed[g.uid] = g.postponed_s if g.postponed_s is not None \
                     else (now_s or 0.0)
                 left = postpone_max_s - (now_s or 0.0) + since

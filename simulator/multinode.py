@@ -327,13 +327,9 @@ class MultiSimulation:
         try:
             plan = chooser(nodes, self.cluster.hierarchy, patient or gang,
                            evaluator=self.evaluator)
-        except GangNoFit:
-            if patient is not None and job.id not in postponed_at:
-                try:  # would it start without waiting? then this is a postponement
-                    chooser(nodes, self.cluster.hierarchy, gang, evaluator=self.evaluator)
-                except GangNoFit:
-                    return None
-                postponed_at[job.id] = now
+        except GangNoFit as exc:
+            if patient is not None and exc.postponed:  # it would start now without the wait
+                postponed_at.setdefault(job.id, now)
             return None
         return [(p.node, p.decision) for p in plan.pods]
 

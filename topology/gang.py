@@ -61,7 +61,14 @@ from topology.hierarchy import (
 from topology.model import Topology
 from topology.network import NodeNetwork
 from topology.policies.bandwidth import preserved_bandwidth
-from topology.policies.base import Decision, NodeState, NoFit, Request, RequestError
+from topology.policies.base import (
+    Decision,
+    NodeState,
+    NoFit,
+    Postponed,
+    Request,
+    RequestError,
+)
 from topology.policies.common import MODEL_GPUTOPO, effective_bandwidth, mapped_edges
 from topology.policies.evaluate import Evaluator
 
@@ -77,7 +84,18 @@ GPUTOPO_NODE_POLICY = "gputopo"
 
 
 class GangNoFit(NoFit):
-    """No domain can hold the gang now; ``str(exc)`` says why (one line)."""
+    """No domain can hold the gang now; ``str(exc)`` says why (one line).
+
+    Attributes:
+        postponed: True when some domain had room and the node policy refused a pod there
+            only to wait for a better GPU set (:class:`topology.policies.base.Postponed`,
+            ``Request.wait_for_better``): the same gang without the wait would start now.
+            Callers that bound the wait (:func:`with_postponement`) start its clock here.
+    """
+
+    def __init__(self, message: str, *, postponed: bool = False) -> None:
+        super().__init__(message)
+        self.postponed = postponed
 
 
 @dataclass(frozen=True)
@@ -442,10 +460,11 @@ def _feasible(cl: _Cluster, level: int) -> list[Domain]:
     return [d for d in cl.tree.at(level) if cl.cap(d) >= cl.gang.pods]
 
 
-def _no_fit(cl: _Cluster, why: str) -> GangNoFit:
+def _no_fit(cl: _Cluster, why: str, *, postponed: bool = False) -> GangNoFit:
     total = sum(cl.caps)
     return GangNoFit(f"{cl.gang.pods} pod(s) of {cl.gang.request.count} GPU(s): {why} "
-                     f"(room for {total} such pod(s) in the whole cluster)")
+                     f"(room for {total} such pod(s) in the whole cluster)",
+                     postponed=postponed)
 
 
 def choose_kueue(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
@@ -481,7 +500,7 @@ def choose_kueue(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
         pods, intra, inter = _realise(cl, counts, policy, ev)
     except NoFit as exc:
         raise GangNoFit(f"{policy} refused a pod in {_level_name(hierarchy, domain)}: "
-                        f"{exc}") from None
+                        f"{exc}", postponed=isinstance(exc, Postponed)) from None
     return GangPlan("kueue-tas", domain, tuple(pods), intra, inter,
                     cl.preserve.loss(_taken(pods)),
                     reason=f"best fit at {_level_name(hierarchy, domain)}")
@@ -523,7 +542,8 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
 
     Raises:
         GangNoFit: nothing at or below a required level has room (or nothing anywhere), or
-            the node policy refuses a pod in every candidate.
+            the node policy refuses a pod in every candidate (``postponed`` when it refused
+            one only to wait for a better GPU set).
         HierarchyError: an unknown level label, or node paths that do not match.
         RequestError: a malformed gang.
     """
@@ -534,7 +554,7 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
         required = natural_level(cl)
     ceiling = -1 if required is None else required
     level = hierarchy.node_level
-    refused: list[str] = []
+    refused: list[tuple[str, bool]] = []  # (why, only to wait for a better set)
     while level >= ceiling:
         found = _feasible(cl, level)
         if level == hierarchy.node_level:
@@ -546,16 +566,16 @@ def choose(nodes: Sequence[GangNode], hierarchy: Hierarchy, gang: Gang, *,
         level -= 1
     where = (f"no {hierarchy.labels[required]} domain has room"
              if required is not None and required >= 0 else "the cluster has no room")
-    if refused and all(": postponed: " in r for r in refused):
+    if refused and all(postponed for _, postponed in refused):
         # the policy postponed the pods (Request.wait_for_better) wherever there was room
         where = "every domain with room would give its pods a poor GPU set"
     if refused:
-        where += f"; {refused[0]}"
-    raise _no_fit(cl, where)
+        where += f"; {refused[0][0]}"
+    raise _no_fit(cl, where, postponed=any(postponed for _, postponed in refused))
 
 
 def _on_one_node(cl: _Cluster, found: Sequence[Domain], policy: str, ev: Evaluator,
-                 refused: list[str]) -> list[GangPlan]:
+                 refused: list[tuple[str, bool]]) -> list[GangPlan]:
     """Candidates that are single nodes: nodes of one machine type in one state with the same
     NICs get the same GPUs, so the policy runs once per such group; the PreservedBW lost still
     differs by where the node sits."""
@@ -571,7 +591,8 @@ def _on_one_node(cl: _Cluster, found: Sequence[Domain], policy: str, ev: Evaluat
         try:
             pods, intra, inter = _realise(cl, {first: cl.gang.pods}, policy, ev)
         except NoFit as exc:
-            refused.append(f"{policy} refused a pod on {cl.nodes[first].name}: {exc}")
+            refused.append((f"{policy} refused a pod on {cl.nodes[first].name}: {exc}",
+                            isinstance(exc, Postponed)))
             continue
         for i in members:
             if cl.nodes[i].topology is cl.nodes[first].topology:
@@ -585,7 +606,7 @@ def _on_one_node(cl: _Cluster, found: Sequence[Domain], policy: str, ev: Evaluat
 
 
 def _best_in(cl: _Cluster, domain: Domain, policy: str, ev: Evaluator, tolerance: float,
-             refused: list[str]) -> GangPlan | None:
+             refused: list[tuple[str, bool]]) -> GangPlan | None:
     plans = []
     seen: set[tuple[tuple[int, int], ...]] = set()
     for fullest in (False, True):
@@ -597,8 +618,8 @@ def _best_in(cl: _Cluster, domain: Domain, policy: str, ev: Evaluator, tolerance
         try:
             pods, intra, inter = _realise(cl, counts, policy, ev)
         except NoFit as exc:
-            refused.append(f"{policy} refused a pod in {_level_name(cl.hierarchy, domain)}: "
-                           f"{exc}")
+            refused.append((f"{policy} refused a pod in {_level_name(cl.hierarchy, domain)}: "
+                            f"{exc}", isinstance(exc, Postponed)))
             continue
         loss = cl.preserve.loss(_taken(pods))
         plans.append(GangPlan("gputopo", domain, tuple(pods), intra, inter, loss))

@@ -19,6 +19,7 @@ from topology.gang import (
     choose,
     choose_kueue,
     preserved_loss_gbps,
+    with_postponement,
 )
 from topology.hierarchy import DEFAULT, LABEL_BLOCK, LABEL_CLIQUE, LABEL_RACK, HierarchyError
 from topology.patterns import parse_pattern
@@ -145,6 +146,41 @@ def test_gb200_trays_of_one_clique_talk_over_nvlink() -> None:
     plan = choose(nodes, DEFAULT, ring(3, 4))
     assert plan.inter.over == "nvlink" and plan.inter.gbps == 4 * 900.0
     assert len({nodes[i].path[:3] for i in plan.nodes}) == 1
+
+
+def test_gang_no_fit_says_whether_the_gang_was_only_postponed() -> None:
+    """Issue 24's case for a gang of one: a sensitive 3-GPU ring whose only room is {1,5,6}
+    (Eq. 2: 52 % of its ideal) is refused while it may wait, and the error says it would
+    start without the wait (``postponed``), so a caller starts its clock without asking the
+    chooser again; no room at all, or a refusal the wait has nothing to do with, is not a
+    postponement."""
+    full = set(range(8))
+    busy = {f"n{b}{r}{n}": full for b in range(2) for r in range(2) for n in range(4)}
+    busy["n000"] = {0, 2, 3, 4, 7}
+    nodes = cluster(busy)
+    patient = with_postponement(ring(1, 3), 0.0, 1800.0)
+    assert patient is not None
+    kueue_gputopo = partial(choose_kueue, policy="gputopo")  # Kueue's own policy never waits
+    assert where(nodes, choose_kueue(nodes, DEFAULT, patient)) == ["n000"]
+    for chooser in (choose, kueue_gputopo):
+        with pytest.raises(GangNoFit) as exc:
+            chooser(nodes, DEFAULT, patient)
+        assert exc.value.postponed, chooser
+        assert where(nodes, chooser(nodes, DEFAULT, ring(1, 3))) == ["n000"]
+    with pytest.raises(GangNoFit, match="would give its pods a poor GPU set"):
+        choose(nodes, DEFAULT, patient)
+    # required to a rack the node is not in: no room there, not a postponement
+    with pytest.raises(GangNoFit, match="no .* domain has room") as exc:
+        choose(nodes[4:], DEFAULT, with_postponement(ring(1, 3, required=LABEL_RACK), 0.0,
+                                                      1800.0) or ring(1, 3))
+    assert not exc.value.postponed
+    busy["n000"] = full  # no room anywhere
+    for chooser in (choose, kueue_gputopo):
+        with pytest.raises(GangNoFit) as exc:
+            chooser(cluster(busy), DEFAULT, patient)
+        assert not exc.value.postponed
+    # past the bound the same gang takes {1,5,6}
+    assert with_postponement(ring(1, 3), 1800.0, 1800.0) is None
 
 
 def test_kueue_is_best_fit_by_count() -> None:
