@@ -30,8 +30,10 @@ pass a fake.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
+import queue
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -39,7 +41,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME, PendingPods
+from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME, PendingPods, postponed_condition
 from scheduler_extender.state import (
     Allocation,
     AllocationBook,
@@ -135,6 +137,18 @@ class KubeAPI(Protocol):
         """
         ...
 
+    def patch_pod_conditions(
+        self, namespace: str, name: str, uid: str, conditions: list[dict[str, str]]
+    ) -> None:
+        """Merge ``conditions`` into the pod's ``status.conditions`` by ``type`` (a
+        strategic-merge patch of ``pods/status``; the others, kube-scheduler's
+        ``PodScheduled`` among them, are kept); ``uid`` must be the pod's.
+
+        Raises:
+            ApiError: the pod is gone, is another pod by now (UID), or the API refused.
+        """
+        ...
+
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
@@ -194,7 +208,11 @@ class KubernetesState(BookedViews):
         )  # fmt: skip
         self._views = ViewCache()
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
-        self.pending = PendingPods(scheduler_name)
+        self.pending = PendingPods(scheduler_name, on_postponed=self._persist_postponed)
+        # (uid, wall s, started here) of postponement clocks: to write into
+        # their pods (when started here) and to wake the pods at their bound
+        self._writes: queue.Queue[tuple[str, float, bool]] = queue.Queue()
+        self._writer: threading.Thread | None = None
         self.topologies = TopologyCache()
         self.watch_timeout_s = watch_timeout_s
         self.reservation_grace_s = reservation_grace_s
@@ -411,19 +429,23 @@ class KubernetesState(BookedViews):
         status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
         phase = status.get("phase") if isinstance(status, Mapping) else None
         key = f"{ns}/{name}"
-        if kind == "DELETED":
-            self.pending.discard(uid)
-        else:
-            self.pending.observe(pod)
+        gone = kind == "DELETED" or phase in TERMINATED_PHASES
         with self._lock:
-            if kind == "DELETED" or phase in TERMINATED_PHASES:
+            if gone:
                 if self._uid_by_name.get(key) == uid:
                     self._uid_by_name.pop(key, None)
                 self._name_by_uid.pop(uid, None)
                 self.book.remove(uid)
-                return
-            self._uid_by_name[key] = uid
-            self._name_by_uid[uid] = key
+            else:  # named before the pending view sees it (its postponement writer asks)
+                self._uid_by_name[key] = uid
+                self._name_by_uid[uid] = key
+        if kind == "DELETED":
+            self.pending.discard(uid)
+        else:
+            self.pending.observe(pod)
+        if gone:
+            return
+        with self._lock:
             ann = meta.get("annotations")
             if not has_assignment(ann if isinstance(ann, Mapping) else None):
                 held = self.book.get(uid)
@@ -495,6 +517,54 @@ class KubernetesState(BookedViews):
                             "decision: bound", pod, node, exc)
                 return
             raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
+
+    def _persist_postponed(self, uid: str, wall_s: float, started_here: bool) -> None:
+        """:attr:`PendingPods.on_postponed`: from a background thread (filter does not wait
+        for the API), write the pod's :data:`~scheduler_extender.pending.CONDITION_POSTPONED`
+        when its clock ``started_here`` (so another extender continues it), and wake the pod
+        when its bound ends (:meth:`_write_loop`)."""
+        self._writes.put((uid, wall_s, started_here))
+        with self._lock:
+            if self._writer is None or not self._writer.is_alive():
+                self._writer = threading.Thread(target=self._write_loop, daemon=True,
+                                                name="gputopo-postponed-writer")
+                self._writer.start()
+
+    def _write_loop(self) -> None:
+        """Write postponement conditions; at each pod's bound, if it is still pending, mark
+        the condition ended. That write is a Pod update, which kube-scheduler answers by
+        retrying the pod (an extender's rejection is requeued on any Pod event), so the
+        bound holds in a quiet cluster too, where the next retry could be 5 min away."""
+        wakes: list[tuple[float, str, str, float]] = []  # (monotonic deadline, uid, key, wall)
+        while not self._stop.is_set():
+            timeout = 1.0 if not wakes else min(1.0, max(0.0, wakes[0][0] - time.monotonic()))
+            try:
+                uid, wall_s, write = self._writes.get(timeout=timeout)
+            except queue.Empty:
+                pass
+            else:
+                key = self._name_by_uid.get(uid)  # None: gone meanwhile
+                bound = self.pending.postpone_max_s
+                if key is None:
+                    continue
+                if write:
+                    self._patch_postponed(key, uid, postponed_condition(wall_s, bound))
+                deadline = time.monotonic() + bound - max(0.0, time.time() - wall_s)
+                heapq.heappush(wakes, (deadline, uid, key, wall_s))
+            while wakes and wakes[0][0] <= time.monotonic():
+                _, uid, key, wall_s = heapq.heappop(wakes)
+                if uid in self.pending and self.pending.postponed_since(uid) is not None:
+                    self._patch_postponed(key, uid, postponed_condition(
+                        wall_s, self.pending.postpone_max_s, ended=True))
+
+    def _patch_postponed(self, key: str, uid: str, condition: dict[str, str]) -> None:
+        ns, name = key.split("/", 1)
+        try:
+            self.api.patch_pod_conditions(ns, name, uid, [condition])
+        except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
+            log.info("cannot record the postponement of pod %s: %s", key, exc)
+        except Exception:  # noqa: BLE001 - the writer must outlive one bad call
+            log.exception("cannot record the postponement of pod %s", key)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """UID of a live pod seen by the watch, else None."""
@@ -732,3 +802,14 @@ class OfficialKubeAPI:
                     resp.response.release_conn()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
             _drain(resp.response)
+
+    def patch_pod_conditions(
+        self, namespace: str, name: str, uid: str, conditions: list[dict[str, str]]
+    ) -> None:
+        body = {"metadata": {"uid": uid}, "status": {"conditions": conditions}}
+        with _as_api_error():
+            resp = self.core.patch_namespaced_pod_status(
+                name, namespace, body, _preload_content=False,
+                _content_type="application/strategic-merge-patch+json",
+                _request_timeout=self.request_timeout_s)
+            _drain(resp)

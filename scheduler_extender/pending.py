@@ -23,15 +23,24 @@ next decisions should leave a good set for.
 
 **Bounded postponement.** For a bandwidth-sensitive multi-GPU pod the view knows,
 :func:`with_lookahead` sets ``Request.wait_for_better``, and the default policy may then refuse
-a busy node whose every free set is poor (filter reports ``postponed: ...``; kube-scheduler
-retries the pod on its backoff, 1–10 s). The view remembers when filter first postponed each
+a busy node whose every free set is poor (filter reports ``postponed: ...``). kube-scheduler
+then parks the pod among its unschedulable pods and retries it, after its backoff (1–10 s),
+on the next event of any Pod or Node in the cluster (an extender's rejection registers them
+all: ``defaultEnqueueExtension`` in ``pkg/scheduler/framework/runtime/framework.go``), or
+after 5 min without one. The view remembers when filter first postponed each
 pod (:meth:`PendingPods.postponed`); :attr:`PendingPods.postpone_max_s` after that the flag
 stays off and the pod takes what the rule gives it. So the bound is on the delay the
 postponement itself adds: a pod that queued an hour behind others for lack of GPUs still may
 wait for a good set once it could start, as the simulators' jobs and the planner's gangs do.
 For a pod the view does not know, or with ``postpone_max_s`` 0, the flag stays off: no pod
-waits without a bound. The clock survives a relist; it is this replica's: a new leader
-starts it again.
+waits without a bound. The clock survives a relist, and a failover: the extender that starts
+it writes it into the pod as the condition :data:`CONDITION_POSTPONED` (``True``, its
+``lastTransitionTime`` the start, one-second resolution; ``on_postponed``), and a view that
+meets a pod carrying one continues that clock — a new leader's extender, or this one after a
+restart, does not grant the pod a second full wait. When the bound ends the extender updates
+the condition (reason ``PostponementEnded``): that update is itself a Pod event, so
+kube-scheduler retries the pod then even in a quiet cluster, where nothing else would wake
+it for 5 min (:mod:`scheduler_extender.kubernetes_state`).
 
 Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
 insensitive pod's pattern is dropped, so two queues that differ only there share cached
@@ -41,9 +50,11 @@ decisions.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from scheduler_extender.podspec import PodSpecError, request_from_pod
@@ -56,6 +67,12 @@ DEFAULT_SCHEDULER_NAME = "gputopo-scheduler"
 
 #: Entries a :class:`PendingPods` keeps in each of its small caches (cleared when full).
 _SHAPES_MAX = 256
+
+#: The pod condition that records when the extender first postponed a pod for a better GPU
+#: set (``status: "True"``, ``lastTransitionTime``: the start of its bounded wait; module
+#: docstring, "Bounded postponement"). Written through ``pods/status`` (a strategic-merge
+#: patch keyed by ``type``, beside kube-scheduler's ``PodScheduled``).
+CONDITION_POSTPONED = "gputopo.io/PostponedForBetterGPUs"
 
 
 def upcoming_of(request: Request) -> Upcoming | None:
@@ -76,14 +93,24 @@ class PendingPods:
         postpone_max_s: how long (s, from its first postponement) a pod may be postponed for
             a better set (module docstring); 0 = never.
         clock: monotonic clock (s), for tests.
+        wall: wall clock (Unix s), to read and write :data:`CONDITION_POSTPONED`.
+        on_postponed: called (outside the lock) with a pod's UID, the wall time (Unix s) its
+            postponement clock started, and whether it started here (True: to be written
+            into the pod) or was taken from the pod's :data:`CONDITION_POSTPONED` (False);
+            the Kubernetes state persists it and wakes the pod at the bound. It must not
+            block (filter calls it).
     """
 
     def __init__(self, scheduler_name: str = DEFAULT_SCHEDULER_NAME, *,
                  postpone_max_s: float = POSTPONE_MAX_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time,
+                 on_postponed: Callable[[str, float, bool], None] | None = None) -> None:
         self.scheduler_name = scheduler_name
         self.postpone_max_s = postpone_max_s
         self._clock = clock
+        self._wall = wall
+        self.on_postponed = on_postponed
         # uid -> when the watch first delivered it: a sequence number, its queue position
         # among pods created in one second (module docstring, "Queue order")
         self._first_seen: dict[str, int] = {}
@@ -105,11 +132,19 @@ class PendingPods:
     def __len__(self) -> int:
         return len(self._pods)
 
+    def __contains__(self, uid: object) -> bool:
+        """Pod ``uid`` is pending here."""
+        with self._lock:
+            return uid in self._pods
+
     def add(self, uid: str, upcoming: Upcoming, *, priority: int = 0,
-            created: str = "") -> None:
+            created: str = "", postponed_at: float | None = None) -> None:
         """Keep (or update) pending pod ``uid``; ``created`` is its RFC 3339 creation time
         (strings of one format sort by time). A pod first added before another of the same
-        priority and creation second comes first (module docstring, "Queue order")."""
+        priority and creation second comes first (module docstring, "Queue order").
+        ``postponed_at`` (Unix s, from the pod's :data:`CONDITION_POSTPONED`) starts its
+        postponement clock then, unless this view already holds an earlier one."""
+        adopted = False
         with self._lock:
             if len(self._shapes) >= _SHAPES_MAX:
                 self._shapes.clear()
@@ -120,8 +155,15 @@ class PendingPods:
                 since = self._carried.pop(uid, None)
                 if since is not None:
                     self._postponed[uid] = since
+            if postponed_at is not None:
+                since = self._clock() - max(0.0, self._wall() - postponed_at)
+                if since < self._postponed.get(uid, math.inf):
+                    adopted = uid not in self._postponed
+                    self._postponed[uid] = since
             self._pods[uid] = ((-priority, created, seen), upcoming)
             self._order = None
+        if adopted and self.on_postponed is not None and postponed_at is not None:
+            self.on_postponed(uid, postponed_at, False)
 
     def discard(self, uid: str) -> None:
         """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
@@ -159,10 +201,15 @@ class PendingPods:
     def postponed(self, uid: str) -> None:
         """Filter postponed pending pod ``uid`` (some node refused it with
         :class:`~topology.policies.base.Postponed`): its bounded wait starts now, unless it
-        already started. A no-op for a pod the view does not hold."""
+        already started (then :attr:`on_postponed` is called). A no-op for a pod the view
+        does not hold."""
         with self._lock:
-            if uid in self._first_seen:
-                self._postponed.setdefault(uid, self._clock())
+            if uid not in self._first_seen or uid in self._postponed:
+                return
+            self._postponed[uid] = self._clock()
+            started = self._wall()
+        if self.on_postponed is not None:
+            self.on_postponed(uid, started, True)
 
     def observe(self, pod: Mapping[str, Any]) -> None:
         """Apply one pod as the watch sees it: keep it when it is this scheduler's, asks for
@@ -191,7 +238,8 @@ class PendingPods:
             return
         priority = spec.get("priority")
         self.add(uid, up, priority=priority if isinstance(priority, int) else 0,
-                 created=str(meta.get("creationTimestamp") or ""))
+                 created=str(meta.get("creationTimestamp") or ""),
+                 postponed_at=postponed_at(pod))
 
     def upcoming(self, exclude: str = "", limit: int = MAX_UPCOMING) -> tuple[Upcoming, ...]:
         """The first ``limit`` pending pods in queue order, ``exclude`` (a UID) left out."""
@@ -215,6 +263,46 @@ class PendingPods:
                 self._listed.clear()
             listed = self._listed[(exclude, limit)] = tuple(out)
             return listed
+
+
+def postponed_at(pod: Mapping[str, Any]) -> float | None:
+    """When an extender first postponed ``pod`` (Unix s): the ``lastTransitionTime`` of its
+    :data:`CONDITION_POSTPONED` condition while ``True``; None without one (or unreadable)."""
+    status = pod.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    if not isinstance(conditions, list):
+        return None
+    for c in conditions:
+        if (isinstance(c, Mapping) and c.get("type") == CONDITION_POSTPONED
+                and c.get("status") == "True"):
+            try:
+                at = datetime.fromisoformat(str(c.get("lastTransitionTime")))
+            except ValueError:
+                return None
+            return at.timestamp() if at.tzinfo is not None else None
+    return None
+
+
+def postponed_condition(wall_s: float, postpone_max_s: float, *,
+                        ended: bool = False) -> dict[str, str]:
+    """The :data:`CONDITION_POSTPONED` condition for a wait that began at ``wall_s`` (Unix s)
+    and may last ``postpone_max_s`` s (``ended``: the bound has passed): what ``kubectl
+    describe pod`` shows. The API keeps whole seconds: the time is rounded up, so a view
+    continuing the clock from the condition never ends the wait before the view that started
+    it (it may grant up to 1 s more)."""
+    at = datetime.fromtimestamp(math.ceil(wall_s), tz=UTC)
+    if ended:
+        reason, message = "PostponementEnded", (
+            f"gputopo postponed this pod for a better GPU set for {postpone_max_s:.0f} s (its "
+            "bound) from this condition's lastTransitionTime; it now takes what the rule "
+            "gives it")
+    else:
+        reason, message = "WaitingForBetterGPUs", (
+            f"gputopo postpones this pod for a better GPU set, at most {postpone_max_s:.0f} s "
+            "from this condition's lastTransitionTime; then it takes what the rule gives it")
+    return {"type": CONDITION_POSTPONED, "status": "True",
+            "lastTransitionTime": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "reason": reason, "message": message}
 
 
 def may_postpone(request: Request, policy: str) -> bool:

@@ -234,6 +234,8 @@ def test_extender_rbac(cp: ControlPlane, installed: None) -> None:
             ("create", "pods", {"namespace": "team-a", "subresource": "binding"}),
             ("create", "events", {"namespace": "team-a"}),
             ("create", "events", {"namespace": "team-a", "group": "events.k8s.io"}),
+            # the postponement's condition (scheduler_extender.pending.CONDITION_POSTPONED)
+            ("patch", "pods", {"namespace": "team-a", "subresource": "status"}),
         ],
         denied=[
             ("delete", "pods", {"namespace": "team-a"}),
@@ -242,7 +244,7 @@ def test_extender_rbac(cp: ControlPlane, installed: None) -> None:
             ("patch", "pods", {"namespace": "team-a"}),  # the Binding carries the annotations
             ("patch", "nodes", {}), ("update", "nodes", {}), ("delete", "nodes", {}),
             ("get", "secrets", {"namespace": NS}), ("list", "configmaps", {}),
-            ("patch", "pods", {"namespace": "team-a", "subresource": "status"}),
+            ("update", "pods", {"namespace": "team-a", "subresource": "status"}),
         ],
     )
 

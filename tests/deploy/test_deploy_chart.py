@@ -336,6 +336,7 @@ def test_extender_rbac_is_least_privilege(variants: dict[str, list[Obj]]) -> Non
         (("",), ("nodes",), ("get", "list", "watch")),
         (("",), ("pods",), ("get", "list", "watch")),  # bind patches nothing: one Binding
         (("",), ("pods/binding",), ("create",)),
+        (("",), ("pods/status",), ("patch",)),  # the postponement's condition only
         (("", "events.k8s.io"), ("events",), ("create", "patch")),
     ]
 

@@ -10,16 +10,23 @@ tests/scheduler_extender/test_extender_lookahead.py.)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
 
 import pytest
 
 from localcluster import Binaries, ControlPlane
+from localcluster.controlplane import wait_until
 from localcluster.gpucluster import GpuCluster, GpuPod, booking_problems, placement_of
+from scheduler_extender.pending import CONDITION_POSTPONED, postponed_at
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 
 WAIT_S = 90.0
+#: The postponement bound of the restart test (s).
+BOUND_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +60,69 @@ def test_the_pending_ring_keeps_its_triangle(cluster: GpuCluster) -> None:
         assert pl is not None
         got[name] = tuple(sorted(pl.assignment.gpu_indices))
     assert got == {"ring-5": (0, 1, 2, 3, 4), "ring-3": (5, 6, 7)}
+
+
+def _gpus(pod: dict[str, Any]) -> tuple[int, ...]:
+    pl = placement_of(pod)
+    assert pl is not None
+    return tuple(sorted(pl.assignment.gpu_indices))
+
+
+def _condition(pod: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == kind:
+            return dict(c)
+    return None
+
+
+def test_a_postponement_keeps_its_bound_across_an_extender_restart(
+        cluster: GpuCluster) -> None:
+    """Issue 24's 3-GPU ring on {1,5,6} (Eq. 2: 52 % of its ideal) is postponed; the
+    extender writes when into the pod (a condition beside kube-scheduler's PodScheduled) and
+    is restarted in the middle of the wait, as a new leader's would start. The pod still
+    starts on {1,5,6} once the bound has passed since its first postponement, not a bound
+    after the restart — in a cluster where nothing else happens, so kube-scheduler retries it
+    only because the extender marks the wait ended at the bound (a Pod update)."""
+    cluster.delete_all_pods()
+    ext = cluster.extender
+    args = list(ext.extra_args)
+    ext.stop()
+    ext.extra_args = [*args, "--postpone-max-s", f"{BOUND_S:.0f}"]
+    ext.start()
+    try:
+        cluster.create_pod(GpuPod("ring-5-alone", gpus=5, pattern="ring", sensitive=True))
+        five = cluster.wait_bound(["ring-5-alone"], WAIT_S)["ring-5-alone"]
+        assert _gpus(five) == (0, 2, 3, 4, 7)  # nothing pending: {1,5,6} is left
+        cluster.create_pod(GpuPod("ring-3-later", gpus=3, pattern="ring", sensitive=True))
+
+        def postponed() -> dict[str, Any] | None:
+            pod = cluster.pods_by_name(["ring-3-later"]).get("ring-3-later")
+            return pod if pod is not None and postponed_at(pod) is not None else None
+
+        pod = wait_until(postponed, WAIT_S, "the postponement's condition", interval_s=0.2)
+        at = postponed_at(pod)
+        assert at is not None and not pod["spec"].get("nodeName")
+        cond = _condition(pod, CONDITION_POSTPONED)
+        assert cond is not None and cond["reason"] == "WaitingForBetterGPUs"
+        assert f"at most {BOUND_S:.0f} s" in cond["message"]
+        scheduled = _condition(pod, "PodScheduled")  # kube-scheduler's, kept beside ours
+        assert scheduled is not None and scheduled["status"] == "False"
+        time.sleep(max(0.0, at + 20.0 - time.time()))
+        ext.stop()
+        ext.start()  # a fresh view of the cluster: the clock comes from the pod
+        pod = cluster.wait_bound(["ring-3-later"], BOUND_S + WAIT_S)["ring-3-later"]
+        assert _gpus(pod) == (1, 5, 6)
+        scheduled = _condition(pod, "PodScheduled")
+        assert scheduled is not None and scheduled["status"] == "True"
+        bound_at = datetime.fromisoformat(scheduled["lastTransitionTime"]).timestamp()
+        # the bound since the first postponement, then kube-scheduler's backoff (<= 10 s);
+        # a clock restarted at the restart would hold it until at + 20 + BOUND_S or later
+        assert at + BOUND_S - 1.0 <= bound_at <= at + BOUND_S + 14.0, bound_at - at
+        cond = _condition(pod, CONDITION_POSTPONED)
+        assert cond is not None and cond["reason"] == "PostponementEnded"
+        assert postponed_at(pod) == at
+    finally:
+        cluster.delete_all_pods()
+        ext.stop()
+        ext.extra_args = args
+        ext.start()

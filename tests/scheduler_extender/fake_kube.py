@@ -132,6 +132,25 @@ class FakeKubeAPI:
         p = self._by_name(namespace, name)
         return copy.deepcopy(p) if p is not None else None
 
+    def patch_pod_conditions(
+        self, namespace: str, name: str, uid: str, conditions: list[dict[str, str]]
+    ) -> None:
+        """What a strategic-merge patch of ``pods/status`` does to ``status.conditions``:
+        merge by ``type`` (the others kept), refuse another pod's UID (422: immutable);
+        pushed to the pod watch."""
+        self.calls.append(("conditions", name, *(c["type"] for c in conditions)))
+        with self.lock:
+            p = self._by_name(namespace, name)
+            if p is None:
+                raise ApiError(f'404 Not Found: pods "{name}" not found', 404)
+            if p["metadata"]["uid"] != uid:
+                raise ApiError("422 Unprocessable Entity: metadata.uid: field is immutable", 422)
+            have = p.setdefault("status", {}).setdefault("conditions", [])
+            for c in conditions:
+                have[:] = [h for h in have if h.get("type") != c["type"]] + [dict(c)]
+            p["metadata"]["resourceVersion"] = self._next_rv()
+        self.push("pods", "MODIFIED", p)
+
     def create_binding(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from scheduler_extender.kubernetes_state import ApiError, KubernetesState
+from scheduler_extender.pending import CONDITION_POSTPONED, postponed_at, postponed_condition
 from scheduler_extender.schemas import ExtenderArgs, ExtenderBindingArgs
 from scheduler_extender.state import ClusterState, NodeTopologyError
 from scheduler_extender.verbs import Extender
@@ -395,3 +396,98 @@ def test_gpus_the_plugin_reports_unhealthy_are_never_handed_out(
     wait_for(lambda: kube.node_state("n0").unhealthy == {3}, "the next good value")
     _set_unhealthy(fake, "n0", None)
     wait_for(lambda: not kube.node_state("n0").unhealthy, "recovery")
+
+
+def test_a_postponement_is_written_into_the_pod_for_the_next_extender(
+        fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    """The first postponement of a pending pod is written into it as a condition beside
+    kube-scheduler's (from a background thread: filter does not wait); an extender that
+    lists the pod later (a new leader, a restart) continues that clock."""
+
+    def pending(p: dict[str, object]) -> None:
+        p["spec"]["schedulerName"] = "gputopo-scheduler"  # type: ignore[index]
+        p["status"]["conditions"] = [  # type: ignore[index]
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+
+    fake.add_pod("ring", "u-ring", gpus=3)
+    fake.update_pod("u-ring", pending)
+    wait_for(lambda: kube.pending.may_wait("u-ring"), "the pending pod")
+    before = time.time()
+    kube.pending.postponed("u-ring")
+    kube.pending.postponed("u-ring")  # later postponements write nothing
+    wait_for(lambda: postponed_at(fake.pods["u-ring"]) is not None, "the condition")
+    at = postponed_at(fake.pods["u-ring"])
+    assert at is not None and before <= at <= time.time() + 1  # whole seconds, rounded up
+    types = [c["type"] for c in fake.pods["u-ring"]["status"]["conditions"]]
+    assert types == ["PodScheduled", CONDITION_POSTPONED]
+    time.sleep(0.2)
+    assert [c for c in fake.calls if c[0] == "conditions"] == [
+        ("conditions", "ring", CONDITION_POSTPONED)]
+    again = KubernetesState(fake)
+    again.resync_pods()
+    since = again.pending.postponed_since("u-ring")
+    waited = max(0.0, time.time() - at)  # the condition's time may be up to 1 s ahead
+    assert since is not None and abs((time.monotonic() - since) - waited) < 0.1
+    # a pod replaced under the same name (another UID) is not written; the writer lives on
+    fake.add_pod("ring2", "u-ring2", gpus=3)
+    fake.update_pod("u-ring2", pending)
+    wait_for(lambda: kube.pending.may_wait("u-ring2"), "the second pod")
+    fake.pods["u-ring2"]["metadata"]["uid"] = "u-other"
+    kube.pending.postponed("u-ring2")
+    wait_for(lambda: ("conditions", "ring2", CONDITION_POSTPONED) in fake.calls, "the refusal")
+    assert postponed_at(fake.pods["u-ring2"]) is None
+    fake.pods["u-ring2"]["metadata"]["uid"] = "u-ring2"
+    fake.add_pod("ring3", "u-ring3", gpus=3)
+    fake.update_pod("u-ring3", pending)
+    wait_for(lambda: kube.pending.may_wait("u-ring3"), "the third pod")
+    kube.pending.postponed("u-ring3")
+    wait_for(lambda: postponed_at(fake.pods["u-ring3"]) is not None, "the third condition")
+
+
+def test_a_pod_still_pending_at_its_bound_is_woken(fake: FakeKubeAPI) -> None:
+    """At the end of the bound the condition is updated (reason ``PostponementEnded``, the
+    same start): a Pod update, on which kube-scheduler retries an extender-rejected pod, so
+    the bound holds in a quiet cluster too. A pod bound meanwhile is left alone; a new
+    extender that takes the clock from the pod keeps the same bound."""
+    kube = KubernetesState(fake, watch_timeout_s=1)
+    kube.pending.postpone_max_s = 0.5
+    kube.start()
+    try:
+        def pending(p: dict[str, object]) -> None:
+            p["spec"]["schedulerName"] = "gputopo-scheduler"  # type: ignore[index]
+
+        for name in ("a", "b"):
+            fake.add_pod(name, f"u-{name}", gpus=3)
+            fake.update_pod(f"u-{name}", pending)
+        wait_for(lambda: "u-a" in kube.pending and "u-b" in kube.pending, "the pods")
+        kube.pending.postponed("u-a")
+        kube.pending.postponed("u-b")
+        fake.update_pod("u-b", lambda p: p["spec"].update(nodeName="n1"))  # bound
+        wait_for(lambda: "u-b" not in kube.pending, "the binding")
+
+        def reasons(uid: str) -> list[str]:
+            return [c["reason"] for c in fake.pods[uid]["status"].get("conditions", [])]
+
+        wait_for(lambda: reasons("u-a") == ["PostponementEnded"], "the wake")
+        assert reasons("u-b") == ["WaitingForBetterGPUs"]
+        at = postponed_at(fake.pods["u-a"])
+        assert at is not None and at == postponed_at({"status": {"conditions": [
+            {**fake.pods["u-a"]["status"]["conditions"][0]}]}})
+        time.sleep(0.3)
+        assert [c for c in fake.calls if c[0] == "conditions"].count(
+            ("conditions", "a", CONDITION_POSTPONED)) == 2
+    finally:
+        kube.stop()
+    # a new extender whose view meets the pod mid-wait wakes it at the same bound
+    fake.add_pod("c", "u-c", gpus=3)
+    fake.update_pod("u-c", pending)
+    fake.patch_pod_conditions("default", "c", "u-c", [postponed_condition(time.time(), 2.0)])
+    again = KubernetesState(fake, watch_timeout_s=1)
+    again.pending.postpone_max_s = 2.0
+    again.start()
+    try:
+        started = time.monotonic()
+        wait_for(lambda: reasons("u-c") == ["PostponementEnded"], "the wake of c", 5.0)
+        assert 0.5 < time.monotonic() - started < 3.5
+    finally:
+        again.stop()

@@ -4,7 +4,13 @@ reports why."""
 
 from __future__ import annotations
 
-from scheduler_extender.pending import PendingPods, with_lookahead
+from scheduler_extender.pending import (
+    CONDITION_POSTPONED,
+    PendingPods,
+    postponed_at,
+    postponed_condition,
+    with_lookahead,
+)
 from scheduler_extender.settings import load_settings
 from scheduler_extender.state import MemoryState, PodRef
 from tests.scheduler_extender.helpers import gpu_pod, make_client, names_args
@@ -65,6 +71,66 @@ def test_a_known_sensitive_pod_may_wait_until_the_bound() -> None:
     p3 = PendingPods(postpone_max_s=0, clock=clock)
     p3.observe(waiting("three", 3))
     assert not p3.may_wait("uid-three")
+
+
+def test_the_clock_is_kept_in_the_pod_and_a_new_view_continues_it() -> None:
+    """Failover: the view that starts a pod's clock hands it out once (``on_postponed``, to
+    be written into the pod as a condition); another view — a new leader's extender, or a
+    restarted one, whose monotonic clock has another origin — that meets the pod with that
+    condition continues the same clock instead of granting a second full wait."""
+    clock, wall = Clock(), Clock()
+    wall.now = 1_767_225_600.0  # 2026-01-01T00:00:00Z
+    started: list[tuple[str, float, bool]] = []
+
+    def note(uid: str, at: float, here: bool) -> None:
+        started.append((uid, at, here))
+
+    p = PendingPods(postpone_max_s=60, clock=clock, wall=wall, on_postponed=note)
+    p.observe(waiting("three", 3))
+    p.postponed("uid-three")
+    clock.now += 5
+    p.postponed("uid-three")
+    assert started == [("uid-three", 1_767_225_600.0, True)]  # once, at its start
+    cond = postponed_condition(started[0][1], 60)
+    assert cond["type"] == CONDITION_POSTPONED and cond["status"] == "True"
+    assert cond["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert "at most 60 s" in cond["message"]
+    pod = waiting("three", 3)
+    pod["status"] = {"conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "lastTransitionTime": "2025-12-31T23:00:00Z"}, cond]}
+    assert postponed_at(pod) == 1_767_225_600.0
+    # a new view 50 s into the wait: 10 s left, whatever its own clock's origin
+    other_clock = Clock()
+    other_clock.now = 7.0
+    wall.now += 50
+    other = PendingPods(postpone_max_s=60, clock=other_clock, wall=wall, on_postponed=note)
+    other.observe(pod)
+    assert other.postponed_since("uid-three") == -43.0 and other.may_wait("uid-three")
+    # taken from the pod: not to be written again, but its bound still to be kept
+    assert started[1:] == [("uid-three", 1_767_225_600.0, False)]
+    other.observe(pod)
+    other.postponed("uid-three")  # the clock runs already: nothing new
+    assert len(started) == 2
+    other_clock.now += 10
+    wall.now += 10
+    assert not other.may_wait("uid-three")
+    # a view with an earlier clock of its own keeps it; a later condition cannot extend it
+    clock.now = 160.0  # 60 s after p started the clock, as on the wall
+    later = postponed_condition(1_767_225_610.0, 60)
+    p.observe({**pod, "status": {"conditions": [later]}})
+    assert p.postponed_since("uid-three") == 100.0
+    # no condition, a False one or an unreadable time: no clock; a future one counts as now
+    for conditions in ([], [{**cond, "status": "False"}],
+                       [{**cond, "lastTransitionTime": "soon"}],
+                       [{**cond, "lastTransitionTime": "2026-01-01T00:00:00"}]):
+        fresh = PendingPods(postpone_max_s=60, clock=other_clock, wall=wall)
+        fresh.observe({**pod, "status": {"conditions": conditions}})
+        assert fresh.postponed_since("uid-three") is None, conditions
+    fresh = PendingPods(postpone_max_s=60, clock=other_clock, wall=wall)
+    fresh.observe({**pod, "status": {"conditions": [
+        {**cond, "lastTransitionTime": "2027-01-01T00:00:00Z"}]}})
+    assert fresh.postponed_since("uid-three") == other_clock.now
 
 
 def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
