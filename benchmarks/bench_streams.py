@@ -19,7 +19,13 @@ choice measured against spreading and packing.
   quality, fragmentation and the harm to the waiting jobs), with kube-scheduler's spreading
   (``least-allocated``) and with packing (``most-allocated``), each against best-effort.
 
-Run: ``.venv/bin/python -m benchmarks.bench_streams [--seeds 0-19] [--jobs 150]``; writes
+* **Queue** — ``--queue fifo`` (MAPA's, the default: a job no node has room for blocks the
+  jobs behind it) or ``backfill`` (it is skipped, as kube-scheduler skips an unschedulable pod
+  and the replay through the real scheduler does). Under backfill every placement also moves
+  which jobs start next, so the twins' spread — the noise floor — is several times wider.
+
+Run: ``.venv/bin/python -m benchmarks.bench_streams [--seeds 0-19] [--jobs 150] [--queue
+backfill --out benchmarks/results/streams-backfill.json]``; writes
 ``benchmarks/results/streams.json`` and prints the tables.
 """
 
@@ -38,7 +44,7 @@ import networkx as nx
 import numpy as np
 from networkx.algorithms import isomorphism
 
-from simulator.engine import DEFAULT_NODE_CHOICE, Simulation, node_choice_for
+from simulator.engine import DEFAULT_NODE_CHOICE, QUEUES, Simulation, node_choice_for
 from simulator.many import many_seeds, mean_ratio_to_ideal, parse_seeds, table
 from simulator.report import makespan
 from simulator.workloads import load_workload
@@ -115,8 +121,10 @@ def register_twin(topology: Topology, base: str = "nvidia-best-effort") -> bool:
 
 
 def node_choices(seeds: Sequence[int], jobs: int, judges: Sequence[str],
-                 rules: Sequence[str], policy: str = "gputopo") -> dict[str, Any]:
-    """``policy`` under each node-choice rule against best-effort + LeastAllocated, 8 nodes."""
+                 rules: Sequence[str], policy: str = "gputopo",
+                 queue: str = "fifo") -> dict[str, Any]:
+    """``policy`` under each node-choice rule against best-effort + LeastAllocated, 8 nodes,
+    ``queue`` discipline (``fifo`` or ``backfill``)."""
     topo = catalog.get(MACHINE)
     out: dict[str, Any] = {}
     for judge in judges:
@@ -125,11 +133,12 @@ def node_choices(seeds: Sequence[int], jobs: int, judges: Sequence[str],
         for seed in seeds:
             wl = load_workload(f"mapa:jobs={jobs}", seed=seed)
             memo = Memo()
-            ref = Simulation(topo, 8, wl, "nvidia-best-effort", judge=judge, memo=memo).run()
+            ref = Simulation(topo, 8, wl, "nvidia-best-effort", judge=judge, memo=memo,
+                             queue=queue).run()
             ref_ratio, ref_span = mean_ratio_to_ideal(ref), makespan(ref)
             for rule in rules:
                 run = Simulation(topo, 8, wl, policy, judge=judge, memo=memo,
-                                 node_choice=rule).run()
+                                 node_choice=rule, queue=queue).run()
                 rows[rule].append(((mean_ratio_to_ideal(run) or 0) - (ref_ratio or 0),
                                    makespan(run) / ref_span))
         for rule, vals in rows.items():
@@ -172,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-twin-of-first", dest="twin_of_first", action="store_false",
                     help="leave out the first rule's twin (it with its ties broken on "
                          "relabelled GPUs, as best-effort's twin)")
+    ap.add_argument("--queue", choices=QUEUES, default="fifo",
+                    help="queue discipline: MAPA's fifo (a job that does not fit blocks the "
+                         "queue) or backfill (it is skipped, as kube-scheduler skips an "
+                         "unschedulable pod)")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
     seeds = parse_seeds(args.seeds)
@@ -186,18 +199,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     streams = {}
     for nodes in (1, 8):
         doc = many_seeds(MACHINE, f"mapa:jobs={args.jobs}", pols, seeds, judges=judges,
-                         nodes=nodes)
+                         nodes=nodes, queue=args.queue)
         streams[str(nodes)] = doc
         print(f"## {nodes} node(s)\n\n{table(doc)}\n", flush=True)
     choices = node_choices(seeds, args.jobs, ["mapa-eq2", "bottleneck"],
-                           ["extender", "least-allocated", "most-allocated"], ours[0])
+                           ["extender", "least-allocated", "most-allocated"], ours[0],
+                           queue=args.queue)
     print(choice_table(choices))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
         "benchmark": "streams",
         "command": f"python -m benchmarks.bench_streams --seeds {args.seeds} --jobs {args.jobs} "
                    f"--judges {args.judges} --policies {args.policies}"
-                   + ("" if args.twin_of_first else " --no-twin-of-first"),
+                   + ("" if args.twin_of_first else " --no-twin-of-first")
+                   + ("" if args.queue == "fifo" else f" --queue {args.queue}"),
+        "queue": args.queue,
         "machine": MACHINE, "python": platform.python_version(), "cpus": os.cpu_count(),
         "wall_s": round(time.perf_counter() - t0, 1),
         "policies": ours, "streams": streams, "node_choice": choices,
