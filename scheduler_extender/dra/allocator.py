@@ -52,7 +52,11 @@ threshold of the ideal EffBW answers :class:`~topology.policies.base.Postponed`.
 places the pod and some postponed it, it waits ("waiting for a better GPU set") and is retried
 as any waiting pod, and once more when its bound ends: ``postpone_max_s`` after its first
 postponement it asks without the flag and takes what the rule gives. A pod with an allocated
-claim already (its node is decided) or a co-location slot never waits so.
+claim already (its node is decided) or a co-location slot never waits so. The start of the wait
+is written into the pod as the extender writes it (the condition
+:data:`~scheduler_extender.pending.CONDITION_POSTPONED`, marked ``PostponementEnded`` at the
+bound), and an allocator that meets a pod carrying one — a new leader, a restart — continues
+that clock rather than grant a second full wait.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ from scheduler_extender.dra.claims import (
 )
 from scheduler_extender.dra.state import DraState, claim_ref
 from scheduler_extender.kubernetes_state import ApiError
-from scheduler_extender.pending import may_postpone
+from scheduler_extender.pending import may_postpone, postponed_at, postponed_condition
 from scheduler_extender.podspec import PodRequest, PodSpecError, choose_policy, parse_pod
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import Allocation, ReservationConflict
@@ -112,6 +116,9 @@ class AllocatorAPI(Protocol):
 
     def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
                   kind: str = "Warning") -> None: ...
+
+    def patch_pod_conditions(self, namespace: str, name: str, uid: str,
+                             conditions: list[dict[str, str]]) -> None: ...
 
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -240,6 +247,7 @@ class Allocator:
         postpone_max_s: how long a bandwidth-sensitive multi-GPU pod may be postponed for a
             better set, s from its first postponement (module docstring); 0 = never.
         monotonic: the clock of that bound, s (tests pin it).
+        wall: the wall clock (Unix s) of the postponement condition (tests pin it).
     """
 
     def __init__(
@@ -248,6 +256,7 @@ class Allocator:
         writers: int = 16, clock: Callable[[], str] | None = None,
         postpone_max_s: float = POSTPONE_MAX_S,
         monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.state = state
         self.api = api
@@ -271,6 +280,7 @@ class Allocator:
         self._released: set[str] = set()           # pod uids whose gate this allocator removed
         self.postpone_max_s = postpone_max_s
         self._monotonic = monotonic
+        self._wall = wall
         self._postponed: dict[str, float] = {}     # pod uid -> its first postponement
         self._recheck: dict[str, float] = {}       # pod key -> when its postponement ends
         self._stop = threading.Event()
@@ -317,6 +327,12 @@ class Allocator:
                 self._pods.pop(key, None)
                 return
             rec = _PodRecord(pod, refs)
+            at = postponed_at(pod)
+            if at is not None and rec.uid not in self._postponed and self.postpone_max_s > 0:
+                # postponed by another allocator (a former leader): continue its clock
+                since = self._monotonic() - max(0.0, self._wall() - at)
+                self._postponed[rec.uid] = since
+                self._recheck[key] = since + self.postpone_max_s
             if old is not None and old.uid == rec.uid:
                 rec.reason = old.reason
                 rec.annotations = old.annotations
@@ -415,6 +431,10 @@ class Allocator:
             for k in due:
                 del self._recheck[k]
                 self._enqueue(k)
+                rec = self._pods.get(k)
+                since = self._postponed.get(rec.uid) if rec is not None else None
+                if rec is not None and since is not None:
+                    self._write_postponed(rec, since, ended=True)
             return due
 
     def pending(self) -> dict[str, str]:
@@ -574,7 +594,10 @@ class Allocator:
                                                    else "") for r in rows} | refused
             if any(r.outcome.postponed for r in rows):
                 with self._lock:
-                    first = self._postponed.setdefault(uid, self._monotonic())
+                    first = self._postponed.get(uid)
+                    if first is None:
+                        first = self._postponed[uid] = self._monotonic()
+                        self._write_postponed(rec, first)
                     self._recheck[key] = first + self.postpone_max_s
                 self._wait(key, f"waiting for a better GPU set (at most {self.postpone_max_s:.0f}"
                            " s from its first postponement): " + "; ".join(
@@ -766,6 +789,22 @@ class Allocator:
                 self._settle(key, uid, retry=exc.status != 404)
                 return
             self._settle(key, uid)
+
+        self._writers.submit(run)
+
+    def _write_postponed(self, rec: _PodRecord, since: float, *, ended: bool = False) -> None:
+        """Write (on a writer thread) the pod's postponement condition for the clock started
+        at ``since`` (:attr:`_monotonic`), waiting or ``ended``."""
+        meta = _meta(rec.pod)
+        ns, name, uid = str(meta.get("namespace") or "default"), str(meta.get("name")), rec.uid
+        cond = postponed_condition(self._wall() - (self._monotonic() - since),
+                                   self.postpone_max_s, ended=ended)
+
+        def run() -> None:
+            try:
+                self.api.patch_pod_conditions(ns, name, uid, [cond])
+            except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
+                log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
 
         self._writers.submit(run)
 

@@ -61,6 +61,7 @@ def test_allocator_rbac_is_least_privilege(helm_available: None) -> None:
     assert _rules(objs, NAME) == [
         (("",), ("nodes",), ("get", "list", "watch")),
         (("",), ("pods",), ("get", "list", "patch", "watch")),
+        (("",), ("pods/status",), ("patch",)),  # the postponement's condition only
         (("resource.k8s.io",), ("resourceslices", "deviceclasses", "devicetaintrules"),
          ("get", "list", "watch")),
         (("resource.k8s.io",), ("resourceclaims",), ("get", "list", "patch", "watch")),
@@ -117,6 +118,7 @@ def test_the_allocator_may_do_exactly_its_writes(cp: ControlPlane) -> None:
         ("list", "resourceslices", {"group": res}), ("watch", "deviceclasses", {"group": res}),
         ("watch", "devicetaintrules", {"group": res}),
         ("patch", "pods", {"namespace": "team-a"}), ("watch", "pods", {}),
+        ("patch", "pods", {"namespace": "team-a", "subresource": "status"}),
         ("create", "events", {"namespace": "team-a"}),
         ("update", "leases", {"group": "coordination.k8s.io", "namespace": NS}),
     ]
@@ -129,6 +131,7 @@ def test_the_allocator_may_do_exactly_its_writes(cp: ControlPlane) -> None:
         ("create", "devicetaintrules", {"group": res}),
         ("delete", "pods", {"namespace": "team-a"}),
         ("create", "pods", {"namespace": "team-a", "subresource": "binding"}),
+        ("update", "pods", {"namespace": "team-a", "subresource": "status"}),
         ("patch", "nodes", {}), ("get", "secrets", {"namespace": NS}),
         ("update", "leases", {"group": "coordination.k8s.io", "namespace": "team-a"}),
         # changing status.devices is the driver's (resourceclaims/driver, per driver)

@@ -151,6 +151,23 @@ class FakeAPI:
                   kind: str = "Warning") -> None:
         self.events.append((pod["metadata"]["name"], reason, message))
 
+    def patch_pod_conditions(self, namespace: str, name: str, uid: str,
+                             conditions: list[dict[str, str]]) -> None:
+        """Merge by ``type``, as a strategic-merge patch of ``pods/status`` does."""
+        key = f"{namespace}/{name}"
+        self.writes.append(("conditions", key))
+        live = self.pods.get(key)
+        if live is None:
+            raise ApiError("404 Not Found", 404)
+        if live["metadata"].get("uid") != uid:
+            raise ApiError("422 metadata.uid: field is immutable", 422)
+        have = live.setdefault("status", {}).setdefault("conditions", [])
+        for c in conditions:
+            have[:] = [h for h in have if h.get("type") != c["type"]] + [dict(c)]
+        self._bump(live)
+        assert self.allocator is not None
+        self.allocator.on_pod("MODIFIED", copy.deepcopy(live))
+
     # -------------------------------------------------------------- test helpers
     def add_claim(self, obj: dict[str, Any]) -> dict[str, Any]:
         self.claims[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj

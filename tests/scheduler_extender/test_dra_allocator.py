@@ -5,6 +5,7 @@ handed out twice, a restart rebuilds the same state, and what it cannot honour i
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any, cast
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from scheduler_extender.dra.claims import DELETE_PROTECTION, SCHEDULING_GATE, ClaimAsk
 from scheduler_extender.dra.state import DraState
+from scheduler_extender.pending import may_postpone, postponed_at
 from tests.scheduler_extender.dra_fakes import (
     claim_obj,
     cluster,
@@ -257,10 +259,12 @@ def test_no_gpu_is_allocated_twice_and_each_claim_gets_the_policys_set(
         request = Request(count=k, pattern=parse_pattern(pattern, k),
                           bandwidth_sensitive=sensitive)
         new = set(now) - set(had)
-        if f"ns/c{i}" not in now:  # it waits: no node can host it now
+        if f"ns/c{i}" not in now:  # it waits: no node can host it now, or every node with
+            # room postponed it (a sensitive multi-GPU pod asks with wait_for_better)
+            asked = replace(request, wait_for_better=may_postpone(request, "gputopo"))
             for n in nodes:
                 with pytest.raises(NoFit):
-                    place("gputopo", DGX1, before[n], request)
+                    place("gputopo", DGX1, before[n], asked)
         elif new == {f"ns/c{i}"}:  # decided on the live state it arrived to
             node, got = now[f"ns/c{i}"]
             assert got == set(place("gputopo", DGX1, before[node], request).gpus)
@@ -550,6 +554,55 @@ def test_assign_tolerated_keeps_the_pattern_split_where_allowed() -> None:
     assert assign_tolerated([0, 1, 2, 3], [3, 1], [(), (1, 2, 3)]) == [1, 2, 3, 0]
 
 
+def _five_on_the_issue_set(**kw: Any) -> tuple[Any, Any]:
+    """One DGX-1 V100 whose 5-GPU claim holds {0,2,3,4,7} (issue 24's case): {1,5,6} free."""
+    alloc, api = cluster({"n0": "dgx1-v100"}, **kw)
+    api.add_claim(claim_obj("ns", "five", [gpus("g", 5)]))
+    api.add_pod(pod_obj("ns", "five", [("g", "five")]))
+    drain(alloc)
+    obj = api.claims["ns/five"]  # pin the set the issue names
+    for r, g in zip(obj["status"]["allocation"]["devices"]["results"], (0, 2, 3, 4, 7),
+                    strict=True):
+        r["device"] = dra.device_name(g)
+    obj["metadata"]["resourceVersion"] = "999"
+    alloc.on_claim("MODIFIED", copy.deepcopy(obj))
+    return alloc, api
+
+
+def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
+    """The first postponement is written into the pod (the extender's condition); a new
+    allocator (a new leader) that meets the pod 200 s into the wait continues the clock and
+    allocates {1,5,6} at the bound, 100 s later, not 300 s later; the condition then says
+    the wait ended."""
+    now, wall = [0.0], [1_767_225_600.0]  # 2026-01-01T00:00:00Z
+    alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
+                                        wall=lambda: wall[0])
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    assert "ns/three" in alloc.pending()
+    pod = copy.deepcopy(api.pods["ns/three"])
+    assert postponed_at(pod) == wall[0]
+    assert [c["reason"] for c in pod["status"]["conditions"]] == ["WaitingForBetterGPUs"]
+    assert api.writes.count(("conditions", "ns/three")) == 1  # once, at the start
+    now[0], wall[0] = 5000.0, wall[0] + 200  # another process: another monotonic origin
+    alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
+                                        wall=lambda: wall[0])
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod)
+    drain(alloc)
+    assert "ns/three" in alloc.pending()
+    now[0], wall[0] = now[0] + 99.0, wall[0] + 99.0
+    assert alloc.recheck_postponed() == []
+    now[0], wall[0] = now[0] + 1.0, wall[0] + 1.0
+    assert alloc.recheck_postponed() == ["ns/three"]
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6]
+    cond = api.pods["ns/three"]["status"]["conditions"][0]
+    assert cond["reason"] == "PostponementEnded"
+    assert cond["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
 def test_a_sensitive_ring_waits_for_a_better_set_within_the_bound() -> None:
     """Issue 24's case on the DRA path, as the extender's filter decides it: a 5-GPU claim
     holds {0,2,3,4,7} of a DGX-1 V100; a bandwidth-sensitive 3-GPU ring would get {1,5,6}
@@ -559,17 +612,7 @@ def test_a_sensitive_ring_waits_for_a_better_set_within_the_bound() -> None:
     now = [0.0]
 
     def setup(**kw: Any) -> tuple[Any, Any]:
-        alloc, api = cluster({"n0": "dgx1-v100"}, monotonic=lambda: now[0], **kw)
-        api.add_claim(claim_obj("ns", "five", [gpus("g", 5)]))
-        api.add_pod(pod_obj("ns", "five", [("g", "five")]))
-        drain(alloc)
-        obj = api.claims["ns/five"]  # pin the set the issue names
-        for r, g in zip(obj["status"]["allocation"]["devices"]["results"], (0, 2, 3, 4, 7),
-                        strict=True):
-            r["device"] = dra.device_name(g)
-        obj["metadata"]["resourceVersion"] = "999"
-        alloc.on_claim("MODIFIED", copy.deepcopy(obj))
-        return alloc, api
+        return _five_on_the_issue_set(monotonic=lambda: now[0], **kw)
 
     ring = {ANN_PATTERN: "ring"}
     alloc, api = setup(postpone_max_s=300)
