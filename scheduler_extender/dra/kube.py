@@ -232,18 +232,5 @@ class DraKubeAPI(OfficialKubeAPI):
         self._request("POST", "/api/v1/namespaces/{namespace}/events", {"namespace": ns}, body,
                       "application/json")
 
-    def patch_pod_conditions(self, namespace: str, name: str, uid: str,
-                             conditions: list[dict[str, str]]) -> None:
-        """Merge ``conditions`` into the pod's ``status.conditions`` by ``type`` (a
-        strategic-merge patch of ``pods/status``); ``uid`` must be the pod's.
-
-        Raises:
-            ApiError: the pod is gone, is another pod by now (UID), or the API refused.
-        """
-        body = {"metadata": {"uid": uid}, "status": {"conditions": conditions}}
-        self._request("PATCH", "/api/v1/namespaces/{namespace}/pods/{name}/status",
-                      {"namespace": namespace, "name": name}, body,
-                      "application/strategic-merge-patch+json")
-
 
 __all__ = ["DraKubeAPI", "ApiError", "PENDING_PODS"]
