@@ -544,16 +544,17 @@ class KubernetesState(BookedViews):
                 pass
             else:
                 key = self._name_by_uid.get(uid)  # None: gone meanwhile
-                bound = self.pending.postpone_max_s
                 if key is None:
                     continue
+                bound = self.pending.postpone_max_s
                 if write:
                     self._patch_postponed(key, uid, postponed_condition(wall_s, bound))
-                deadline = time.monotonic() + bound - max(0.0, time.time() - wall_s)
-                heapq.heappush(wakes, (deadline, uid, key, wall_s))
+                since = self.pending.postponed_since(uid)  # the view's (time.monotonic) clock
+                if since is not None:  # None: bound meanwhile, nothing to wake
+                    heapq.heappush(wakes, (since + bound, uid, key, wall_s))
             while wakes and wakes[0][0] <= time.monotonic():
                 _, uid, key, wall_s = heapq.heappop(wakes)
-                if uid in self.pending and self.pending.postponed_since(uid) is not None:
+                if self.pending.postponed_since(uid) is not None:  # still pending and waiting
                     self._patch_postponed(key, uid, postponed_condition(
                         wall_s, self.pending.postpone_max_s, ended=True))
 

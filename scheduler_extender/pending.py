@@ -156,7 +156,7 @@ class PendingPods:
                 if since is not None:
                     self._postponed[uid] = since
             if postponed_at is not None:
-                since = self._clock() - max(0.0, self._wall() - postponed_at)
+                since = monotonic_since(postponed_at, self._clock, self._wall)
                 if since < self._postponed.get(uid, math.inf):
                     adopted = uid not in self._postponed
                     self._postponed[uid] = since
@@ -281,6 +281,13 @@ def postponed_at(pod: Mapping[str, Any]) -> float | None:
                 return None
             return at.timestamp() if at.tzinfo is not None else None
     return None
+
+
+def monotonic_since(at: float, clock: Callable[[], float], wall: Callable[[], float]) -> float:
+    """A wait that began at wall time ``at`` (Unix s; :func:`postponed_at`) as a reading of
+    the monotonic ``clock`` (``wall`` and ``clock`` read now); a start in the future (another
+    host's clock, the condition's rounding up) counts as now."""
+    return clock() - max(0.0, wall() - at)
 
 
 def postponed_condition(wall_s: float, postpone_max_s: float, *,

@@ -89,7 +89,12 @@ from scheduler_extender.dra.claims import (
 )
 from scheduler_extender.dra.state import DraState, claim_ref
 from scheduler_extender.kubernetes_state import ApiError
-from scheduler_extender.pending import may_postpone, postponed_at, postponed_condition
+from scheduler_extender.pending import (
+    may_postpone,
+    monotonic_since,
+    postponed_at,
+    postponed_condition,
+)
 from scheduler_extender.podspec import PodRequest, PodSpecError, choose_policy, parse_pod
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import Allocation, ReservationConflict
@@ -330,7 +335,7 @@ class Allocator:
             at = postponed_at(pod)
             if at is not None and rec.uid not in self._postponed and self.postpone_max_s > 0:
                 # postponed by another allocator (a former leader): continue its clock
-                since = self._monotonic() - max(0.0, self._wall() - at)
+                since = monotonic_since(at, self._monotonic, self._wall)
                 self._postponed[rec.uid] = since
                 self._recheck[key] = since + self.postpone_max_s
             if old is not None and old.uid == rec.uid:
