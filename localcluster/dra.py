@@ -378,12 +378,16 @@ class DraCluster(GpuCluster):
         cp: a started control plane.
         policy: the allocator's (and extender's) default policy.
         namespace: where pods and claims go.
+        allocator_args: more ``gputopo dra-allocator`` flags, kept across its restarts (e.g.
+            ``--postpone-max-s``).
     """
 
     def __init__(self, cp: ControlPlane, *, policy: str = "gputopo",
-                 namespace: str = DEFAULT_NAMESPACE) -> None:
+                 namespace: str = DEFAULT_NAMESPACE,
+                 allocator_args: Sequence[str] = ()) -> None:
         super().__init__(cp, policy=policy, namespace=namespace)
         self.policy = policy
+        self.allocator_args = tuple(allocator_args)
         self.log_dir = cp.workdir / "logs"
         self.drivers: dict[str, GputopoProcess] = {}
         self.allocator: GputopoProcess | None = None
@@ -435,7 +439,8 @@ class DraCluster(GpuCluster):
             self.drivers[name].launch()
         if allocator:  # started together with the drivers, waited for after them
             self.allocator = allocator_process(self.cp.kubeconfig_path, self.log_dir,
-                                               policy=self.policy).launch()
+                                               policy=self.policy,
+                                               extra_args=self.allocator_args).launch()
         if extender:
             self.extender.start()
         for d in self.drivers.values():
@@ -450,11 +455,13 @@ class DraCluster(GpuCluster):
             self._wait_gate()
 
     def start_allocator(self, extra_args: Sequence[str] = ()) -> GputopoProcess:
-        """(Re)start ``gputopo dra-allocator`` and wait until it is synced."""
+        """(Re)start ``gputopo dra-allocator`` with the cluster's ``allocator_args`` and
+        ``extra_args``, and wait until it is synced."""
         if self.allocator is not None:
             self.allocator.stop()
         self.allocator = allocator_process(self.cp.kubeconfig_path, self.log_dir,
-                                           policy=self.policy, extra_args=extra_args)
+                                           policy=self.policy,
+                                           extra_args=[*self.allocator_args, *extra_args])
         return self.allocator.start()
 
     def _wait_gate(self) -> None:

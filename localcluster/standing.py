@@ -125,7 +125,8 @@ def running(state_dir: Path) -> ClusterState | None:
 
 def up(nodes: Sequence[tuple[str, str]], mode: str, state_dir: Path, *, policy: str = "gputopo",
        timeout_s: float = 600.0, echo: Callable[[str], None] = print,
-       device_taint_rules: bool = False) -> ClusterState:
+       device_taint_rules: bool = False,
+       allocator_args: Sequence[str] = ()) -> ClusterState:
     """Start the cluster detached and wait until it is ready.
 
     Args:
@@ -138,6 +139,8 @@ def up(nodes: Sequence[tuple[str, str]], mode: str, state_dir: Path, *, policy: 
         device_taint_rules: turn on DeviceTaintRules (the beta gate ``DRADeviceTaintRules`` in
             kube-apiserver, kube-scheduler and kube-controller-manager, and the
             ``resource.k8s.io/v1beta2`` API serving them; both off by default in 1.36).
+        allocator_args: more ``gputopo dra-allocator`` flags (``dra`` mode; kept across the
+            supervisor's restarts of it).
 
     Raises:
         ClusterUpError: a cluster already runs there, or it did not come up (it is then
@@ -152,7 +155,7 @@ def up(nodes: Sequence[tuple[str, str]], mode: str, state_dir: Path, *, policy: 
     for name in (STATE_FILE, READY_FILE, FAILED_FILE):
         (state_dir / name).unlink(missing_ok=True)
     spec = {"nodes": [list(n) for n in nodes], "mode": mode, "policy": policy,
-            "device_taint_rules": device_taint_rules}
+            "device_taint_rules": device_taint_rules, "allocator_args": list(allocator_args)}
     (state_dir / "spec.json").write_text(json.dumps(spec))
     log = open(state_dir / SUPERVISOR_LOG, "ab")  # noqa: SIM115 - handed to the child
     proc = subprocess.Popen(
@@ -260,7 +263,8 @@ def serve(state_dir: Path) -> int:
     try:
         cp.start()
         if mode == "dra":
-            cluster = DraCluster(cp, policy=policy)
+            cluster = DraCluster(cp, policy=policy, allocator_args=[
+                str(a) for a in spec.get("allocator_args", [])])
             cluster.start(nodes)
         else:
             cluster = GpuCluster(cp, policy=policy)

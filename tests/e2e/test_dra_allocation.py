@@ -8,6 +8,9 @@ scheduling-gate policy, ``gputopo dra-allocator``, the extender and kube-schedul
 chart's configuration, under a supervisor that restarts a component that dies. It ends with
 ``gputopo cluster down``, which must stop every process it recorded.
 
+The allocator runs with a 30 s postponement bound (``--postpone-max-s``; 1 800 s by default)
+so that the bounded wait can be seen through.
+
 Checks: a stream of pods with ResourceClaimTemplates asking 1–5 GPUs (ring / all-to-all,
 sensitive or not) is placed one pod at a time, and each claim's set has the EffBW
 ``gputopo place`` gives on that node's free GPUs at that moment (read from the API's claims);
@@ -34,6 +37,7 @@ import pytest
 from localcluster import Binaries, standing
 from localcluster.controlplane import wait_until
 from localcluster.dra import DraClient, DraPod, claim_gpus, pod_claims
+from scheduler_extender.pending import CONDITION_POSTPONED, postponed_at
 from topology import catalog, dra
 from topology.patterns import parse_pattern
 from topology.policies.base import NodeState, NoFit, Request
@@ -46,6 +50,8 @@ DGX1 = catalog.get("dgx1-v100")
 NODES = [(f"dgx1-v100-{i}", "dgx1-v100") for i in range(8)]
 POLICY = "gputopo"
 WAIT_S = 60.0
+#: The allocator's postponement bound in this cluster (s).
+BOUND_S = 30.0
 place = Evaluator().place
 
 
@@ -78,7 +84,8 @@ class Up:
 def cluster(binaries: Binaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     state_dir = tmp_path_factory.mktemp("dra-cluster")
     st = standing.up(NODES, "dra", state_dir, policy=POLICY, timeout_s=900,
-                    device_taint_rules=True)
+                    device_taint_rules=True,
+                    allocator_args=["--postpone-max-s", f"{BOUND_S:.0f}"])
     client = DraClient.from_kubeconfig(st.kubeconfig, scheduler_name="gputopo-scheduler")
     for k in range(1, 6):
         client.create_claim_template(f"gpus-{k}", gpus=k)
@@ -555,3 +562,54 @@ def test_device_taint_rules_keep_the_allocator_off_the_devices_they_select(clust
     _n, gpus = wait_claim(client, "waits")
     assert gpus[0] in tainted
     release(cluster, ["drained", "waits"])
+
+
+def test_a_postponement_keeps_its_bound_across_an_allocator_restart(cluster: Up) -> None:
+    """Issue 24's 3-GPU ring on {1,5,6} (Eq. 2: 52 % of its ideal), DRA mode: the allocator
+    postpones its claim and writes when into the pod (the extender's condition); killed in the
+    middle of the wait, the allocator the supervisor starts again continues that clock, so the
+    claim gets {1,5,6} once the bound has passed since the first postponement, not a bound
+    after the restart, and the pod is bound on that node."""
+    client = cluster.client
+    node = "dgx1-v100-0"
+    pin = {"kubernetes.io/hostname": node}
+    settle(cluster)
+    assert not [n for n, _ in allocated(client).values() if n == node]
+    client.create_pod(DraPod("alone-5", template="gpus-5", pattern="ring", sensitive=True,
+                             node_selector=pin))
+    got, five = wait_claim(client, "alone-5")
+    assert (got, tuple(sorted(five))) == (node, (0, 2, 3, 4, 7))  # nothing pending
+    client.create_pod(DraPod("later-3", template="gpus-3", pattern="ring", sensitive=True,
+                             node_selector=pin))
+
+    def postponed() -> dict[str, Any] | None:
+        pod = {p["metadata"]["name"]: p for p in client.list_pods()}.get("later-3")
+        return pod if pod is not None and postponed_at(pod) is not None else None
+
+    pod = wait_until(postponed, WAIT_S, "the postponement's condition", interval_s=0.2)
+    at = postponed_at(pod)
+    assert at is not None
+    cond = next(c for c in pod["status"]["conditions"] if c["type"] == CONDITION_POSTPONED)
+    assert cond["reason"] == "WaitingForBetterGPUs"
+    assert f"at most {BOUND_S:.0f} s" in cond["message"]
+    assert {g["name"] for g in pod["spec"].get("schedulingGates") or []} == {
+        "gputopo.io/dra-allocation"}  # gated while its claim waits
+    assert claim_gpus(claim_of(client, "later-3") or {}) is None
+    time.sleep(max(0.0, at + BOUND_S / 2 - time.time()))
+    alloc = cluster.proc("gputopo-dra-allocator")
+    os.kill(alloc.pid, signal.SIGKILL)
+    wait_until(lambda: cluster.proc("gputopo-dra-allocator").pid != alloc.pid, WAIT_S,
+               "the supervisor to restart the allocator")
+    got, three = wait_claim(client, "later-3")
+    allocated_at = time.time()
+    assert (got, tuple(sorted(three))) == (node, (1, 5, 6))
+    # the bound since the first postponement (the condition keeps whole seconds, rounded up,
+    # and the allocator checks once a second); a clock restarted with the allocator would
+    # hold the claim until at + BOUND_S / 2 + BOUND_S or later
+    assert at + BOUND_S - 1.0 <= allocated_at <= at + BOUND_S + 10.0, allocated_at - at
+    pod = wait_bound(client, ["later-3"])["later-3"]
+    assert pod["spec"]["nodeName"] == node
+    cond = next(c for c in pod["status"]["conditions"] if c["type"] == CONDITION_POSTPONED)
+    assert cond["reason"] == "PostponementEnded"
+    assert postponed_at(pod) == at
+    release(cluster, ["alone-5", "later-3"])
