@@ -518,6 +518,22 @@ class KubernetesState(BookedViews):
                 return
             raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
 
+    def admit_pending(self, pod: Mapping[str, Any]) -> None:
+        """A pod kube-scheduler asks about (filter) before the pod watch has delivered it:
+        take it into the pending view and name it for the postponement writer, as the watch
+        would (:meth:`PendingPods.admit`: not a pod the view holds or has forgotten), so that
+        whether it may wait for a better set does not depend on which came first."""
+        if not self.pending.admit(pod):
+            return
+        meta = _meta(pod)
+        uid, ns, name = meta.get("uid"), meta.get("namespace") or "default", meta.get("name")
+        if not isinstance(uid, str) or not isinstance(name, str):
+            return
+        with self._lock:  # the watch's mapping wins: it may already be newer
+            key = f"{ns}/{name}"
+            self._name_by_uid.setdefault(uid, key)
+            self._uid_by_name.setdefault(key, uid)
+
     def _persist_postponed(self, uid: str, wall_s: float, started_here: bool) -> None:
         """:attr:`PendingPods.on_postponed`: from a background thread (filter does not wait
         for the API), write the pod's :data:`~scheduler_extender.pending.CONDITION_POSTPONED`

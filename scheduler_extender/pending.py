@@ -24,23 +24,27 @@ next decisions should leave a good set for.
 **Bounded postponement.** For a bandwidth-sensitive multi-GPU pod the view knows,
 :func:`with_lookahead` sets ``Request.wait_for_better``, and the default policy may then refuse
 a busy node whose every free set is poor (filter reports ``postponed: ...``). kube-scheduler
-then parks the pod among its unschedulable pods and retries it, after its backoff (1–10 s),
-on the next event of any Pod or Node in the cluster (an extender's rejection registers them
-all: ``defaultEnqueueExtension`` in ``pkg/scheduler/framework/runtime/framework.go``), or
-after 5 min without one. The view remembers when filter first postponed each
-pod (:meth:`PendingPods.postponed`); :attr:`PendingPods.postpone_max_s` after that the flag
-stays off and the pod takes what the rule gives it. So the bound is on the delay the
-postponement itself adds: a pod that queued an hour behind others for lack of GPUs still may
-wait for a good set once it could start, as the simulators' jobs and the planner's gangs do.
-For a pod the view does not know, or with ``postpone_max_s`` 0, the flag stays off: no pod
-waits without a bound. The clock survives a relist, and a failover: the extender that starts
-it writes it into the pod as the condition :data:`CONDITION_POSTPONED` (``True``, its
+then parks the pod among its unschedulable pods and retries it, after its backoff (1–10 s), on
+the next event of any Pod or Node in the cluster (an extender's rejection registers them all:
+``defaultEnqueueExtension`` in ``pkg/scheduler/framework/runtime/framework.go``), or after 5
+min without one. The view remembers when filter first postponed each pod
+(:meth:`PendingPods.postponed`); :attr:`PendingPods.postpone_max_s` after that the flag stays
+off and the pod takes what the rule gives it. So the bound is on the delay the postponement
+itself adds: a pod that queued an hour behind others for lack of GPUs still may wait for a good
+set once it could start, as the simulators' jobs and the planner's gangs do. For a pod the view
+does not know, or with ``postpone_max_s`` 0, the flag stays off: no pod waits without a bound.
+kube-scheduler's filter call can arrive before this view's watch has delivered a new pod (both
+read the API; the call comes milliseconds after the creation), so the Kubernetes state then
+takes the pod in the request into the view (:meth:`PendingPods.admit`; not a pod the watch has
+already forgotten: bound, ended or deleted) — whether a pod may wait does not depend on which
+of the two came first. The clock survives a relist, and a failover: the extender that starts it
+writes it into the pod as the condition :data:`CONDITION_POSTPONED` (``True``, its
 ``lastTransitionTime`` the start, one-second resolution; ``on_postponed``), and a view that
 meets a pod carrying one continues that clock — a new leader's extender, or this one after a
 restart, does not grant the pod a second full wait. When the bound ends the extender updates
 the condition (reason ``PostponementEnded``): that update is itself a Pod event, so
-kube-scheduler retries the pod then even in a quiet cluster, where nothing else would wake
-it for 5 min (:mod:`scheduler_extender.kubernetes_state`).
+kube-scheduler retries the pod then even in a quiet cluster, where nothing else would wake it
+for 5 min (:mod:`scheduler_extender.kubernetes_state`).
 
 Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
 insensitive pod's pattern is dropped, so two queues that differ only there share cached
@@ -67,6 +71,10 @@ DEFAULT_SCHEDULER_NAME = "gputopo-scheduler"
 
 #: Entries a :class:`PendingPods` keeps in each of its small caches (cleared when full).
 _SHAPES_MAX = 256
+#: UIDs of forgotten pods (bound, ended, deleted) a :class:`PendingPods` remembers, so that a
+#: late scheduling request does not take one back (:meth:`PendingPods.admit`); the oldest go
+#: first.
+_GONE_MAX = 4096
 
 #: The pod condition that records when the extender first postponed a pod for a better GPU
 #: set (``status: "True"``, ``lastTransitionTime``: the start of its bounded wait; module
@@ -127,6 +135,8 @@ class PendingPods:
         # one Upcoming per distinct view (equal ones are one object): its cached key() is
         # then computed once per shape, not on the first filter after each watch event
         self._shapes: dict[Upcoming, Upcoming] = {}
+        # UIDs forgotten since (at most _GONE_MAX, oldest first): never pending again
+        self._gone: dict[str, None] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -138,14 +148,19 @@ class PendingPods:
             return uid in self._pods
 
     def add(self, uid: str, upcoming: Upcoming, *, priority: int = 0,
-            created: str = "", postponed_at: float | None = None) -> None:
+            created: str = "", postponed_at: float | None = None,
+            only_new: bool = False) -> bool:
         """Keep (or update) pending pod ``uid``; ``created`` is its RFC 3339 creation time
         (strings of one format sort by time). A pod first added before another of the same
         priority and creation second comes first (module docstring, "Queue order").
         ``postponed_at`` (Unix s, from the pod's :data:`CONDITION_POSTPONED`) starts its
-        postponement clock then, unless this view already holds an earlier one."""
+        postponement clock then, unless this view already holds an earlier one. With
+        ``only_new`` a pod the view holds or has forgotten is left as it is. Returns whether
+        the pod was kept or updated."""
         adopted = False
         with self._lock:
+            if only_new and (uid in self._first_seen or uid in self._gone):
+                return False
             if len(self._shapes) >= _SHAPES_MAX:
                 self._shapes.clear()
             upcoming = self._shapes.setdefault(upcoming, upcoming)
@@ -164,6 +179,7 @@ class PendingPods:
             self._order = None
         if adopted and self.on_postponed is not None and postponed_at is not None:
             self.on_postponed(uid, postponed_at, False)
+        return True
 
     def discard(self, uid: str) -> None:
         """Forget pod ``uid`` (bound, ended, deleted); a no-op when unknown."""
@@ -172,6 +188,10 @@ class PendingPods:
             self._postponed.pop(uid, None)
             if self._pods.pop(uid, None) is not None:
                 self._order = None
+            self._gone.pop(uid, None)
+            self._gone[uid] = None
+            if len(self._gone) > _GONE_MAX:
+                del self._gone[next(iter(self._gone))]
 
     def clear(self) -> None:
         """Forget every pod (a relist). A pod's postponement clock survives one relist: it is
@@ -215,10 +235,26 @@ class PendingPods:
         """Apply one pod as the watch sees it: keep it when it is this scheduler's, asks for
         whole GPUs, has no node and has not ended; forget it otherwise. An invalid pod is
         forgotten (filter will report it)."""
+        self._apply(pod, admit=False)
+
+    def admit(self, pod: Mapping[str, Any]) -> bool:
+        """Take ``pod`` from a scheduling request (kube-scheduler's filter) into the view when
+        the watch has not delivered it yet (module docstring, "Bounded postponement"): as
+        :meth:`observe` would, but never a pod the view holds already (the watch's copy is as
+        new or newer) or has forgotten (bound, ended or deleted: such a request is late).
+        Returns whether the view took it."""
+        meta = pod.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, Mapping) else None
+        with self._lock:  # the usual case, on every filter call: known, nothing to parse
+            if uid in self._first_seen or uid in self._gone:
+                return False
+        return self._apply(pod, admit=True)  # add() checks again under the lock
+
+    def _apply(self, pod: Mapping[str, Any], *, admit: bool) -> bool:
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
         uid = meta.get("uid") if isinstance(meta, Mapping) else None
         if not isinstance(uid, str) or not uid:
-            return
+            return False
         spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
         status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
         assert isinstance(meta, Mapping) and isinstance(spec, Mapping)
@@ -226,20 +262,22 @@ class PendingPods:
         if (spec.get("nodeName") or phase in ("Succeeded", "Failed")
                 or meta.get("deletionTimestamp")
                 or (spec.get("schedulerName") or "default-scheduler") != self.scheduler_name):
-            self.discard(uid)
-            return
+            if not admit:
+                self.discard(uid)
+            return False
         try:
             request = request_from_pod(pod)
         except PodSpecError:
             request = None
         up = upcoming_of(request) if request is not None else None
         if up is None:
-            self.discard(uid)
-            return
+            if not admit:
+                self.discard(uid)
+            return False
         priority = spec.get("priority")
-        self.add(uid, up, priority=priority if isinstance(priority, int) else 0,
-                 created=str(meta.get("creationTimestamp") or ""),
-                 postponed_at=postponed_at(pod))
+        return self.add(uid, up, priority=priority if isinstance(priority, int) else 0,
+                        created=str(meta.get("creationTimestamp") or ""),
+                        postponed_at=postponed_at(pod), only_new=admit)
 
     def upcoming(self, exclude: str = "", limit: int = MAX_UPCOMING) -> tuple[Upcoming, ...]:
         """The first ``limit`` pending pods in queue order, ``exclude`` (a UID) left out."""

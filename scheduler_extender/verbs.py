@@ -172,6 +172,9 @@ class Extender:
             return _filter_result(
                 by_objects, [c.node or c.name for c in nodes], {}, {}, ""
             )
+        admit = getattr(self.state, "admit_pending", None)
+        if admit is not None:  # a pod the state's watch has not delivered yet
+            admit(args.Pod)
         try:
             rows = self.decider.decide(self._ask(ref, preq), nodes, verb="filter")
         except BadRequest as exc:

@@ -444,6 +444,46 @@ def test_a_postponement_is_written_into_the_pod_for_the_next_extender(
     wait_for(lambda: postponed_at(fake.pods["u-ring3"]) is not None, "the third condition")
 
 
+def test_filter_before_the_watch_delivers_the_pod_still_postpones_and_writes(
+        fake: FakeKubeAPI, kube: KubernetesState) -> None:
+    """kube-scheduler calls filter milliseconds after a pod is created; the extender's own
+    pod watch may deliver the pod later. The pod in the request then joins the pending view,
+    so a sensitive ring on a pit is postponed and its condition written exactly as for a pod
+    the watch delivered first (this race once failed the end-to-end restart test: the pod was
+    placed on the pit at once). A request for a pod the watch has already seen deleted is
+    late: the pod is not taken back."""
+    fake.add_pod("five", "u-five", node="n1", annotations=annotated((0, 2, 3, 4, 7), "n1"),
+                 phase="Running", emit=True)
+    wait_for(lambda: used(kube, "n1") == (0, 2, 3, 4, 7), "the 5-GPU pod")
+
+    def ring_pod(name: str, uid: str) -> dict[str, object]:
+        pod = fake.add_pod(name, uid, gpus=3)  # in the API, not (yet) in the watch
+        pod["metadata"]["annotations"] = {"gputopo.io/pattern": "ring"}
+        pod["spec"]["schedulerName"] = "gputopo-scheduler"
+        return pod
+
+    late = ring_pod("late", "u-late")
+    assert "u-late" not in kube.pending
+    ext = Extender(kube, POLICY)
+    out = ext.filter(ExtenderArgs.model_validate(names_args(late, ["n1"])))
+    assert out["NodeNames"] == [] and "postponed" in out["FailedNodes"]["n1"], out
+    assert kube.pending.postponed_since("u-late") is not None
+    wait_for(lambda: postponed_at(fake.pods["u-late"]) is not None, "the condition")
+    fake.push("pods", "ADDED", fake.pods["u-late"])  # the watch catches up: nothing changes
+    wait_for(lambda: postponed_at(fake.pods["u-late"]) is not None, "the watch's copy")
+    assert [c for c in fake.calls if c[0] == "conditions"] == [
+        ("conditions", "late", CONDITION_POSTPONED)]
+    # deleted before a late filter request for it arrives: not pending again
+    gone = ring_pod("gone", "u-gone")
+    fake.push("pods", "ADDED", gone)
+    wait_for(lambda: "u-gone" in kube.pending, "the second pod")
+    fake.delete_pod("u-gone")
+    wait_for(lambda: "u-gone" not in kube.pending, "its deletion")
+    out = ext.filter(ExtenderArgs.model_validate(names_args(gone, ["n1"])))
+    assert "u-gone" not in kube.pending
+    assert kube.pending.postponed_since("u-gone") is None
+
+
 def test_a_pod_still_pending_at_its_bound_is_woken(fake: FakeKubeAPI) -> None:
     """At the end of the bound the condition is updated (reason ``PostponementEnded``, the
     same start): a Pod update, on which kube-scheduler retries an extender-rejected pod, so

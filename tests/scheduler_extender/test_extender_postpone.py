@@ -133,6 +133,31 @@ def test_the_clock_is_kept_in_the_pod_and_a_new_view_continues_it() -> None:
     assert fresh.postponed_since("uid-three") == other_clock.now
 
 
+def test_a_request_admits_a_pod_the_view_neither_holds_nor_has_forgotten() -> None:
+    """``admit``: a pod from kube-scheduler's filter request the watch has not delivered yet
+    joins the view (and may wait); one the view holds stays the watch's copy; one the view
+    has forgotten (bound, ended, deleted) is not taken back by a late request, though the
+    watch itself may still add it."""
+    p = PendingPods()
+    pod = waiting("three", 3)
+    assert p.admit(pod) and p.may_wait("uid-three") and len(p) == 1
+    newer = waiting("three", 3, priority=5)
+    p.observe(newer)  # the watch delivers it after all
+    assert not p.admit(pod)  # held: the request's copy does not replace the watch's
+    assert p.admit(waiting("other", 2, priority=1))
+    assert [u.count for u in p.upcoming(limit=8)] == [3, 2]  # priority 5 first: the watch's
+    p.discard("uid-three")  # bound or deleted
+    assert not p.admit(pod) and "uid-three" not in p and not p.may_wait("uid-three")
+    p.observe(pod)  # the watch is the truth
+    assert "uid-three" in p
+    # not this scheduler's, bound, invalid, no UID: nothing to admit
+    assert not p.admit(waiting("elsewhere", 3, scheduler="default-scheduler"))
+    assert not p.admit(waiting("placed", 3, node="n1"))
+    assert not p.admit(waiting("bad", 3, annotations={"gputopo.io/pattern": "zigzag"}))
+    assert not p.admit({"metadata": {}})
+    assert len(p) == 2
+
+
 def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
     topo = catalog.get("dgx1-v100")
     st = MemoryState({"n1": topo})
@@ -143,7 +168,8 @@ def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
     assert sorted(st.node_state("n1").free_gpus(topo)) == [0, 5, 7]
     pod = gpu_pod("three", 3, annotations=RING)
     client = make_client(st)
-    # not yet seen pending by the watch: a one-shot decision, the pit is taken
+    # the in-memory state's view was not told of the pod: a one-shot decision, the pit is
+    # taken (the Kubernetes state takes such a pod from the request: its watch may lag)
     assert client.post("/filter", json=names_args(pod, ["n1"])).json()["NodeNames"] == ["n1"]
     st.pending.observe(waiting("three", 3) | {"metadata": pod["metadata"] | {
         "creationTimestamp": "2024-01-01T00:00:00Z"}})
