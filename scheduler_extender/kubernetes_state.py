@@ -39,9 +39,14 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
-from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME, PendingPods, postponed_condition
+from scheduler_extender.pending import (
+    DEFAULT_SCHEDULER_NAME,
+    PendingPods,
+    placed_condition,
+    postponed_condition,
+)
 from scheduler_extender.state import (
     Allocation,
     AllocationBook,
@@ -82,6 +87,15 @@ log = logging.getLogger("gputopo.extender.kubernetes")
 TERMINATED_PHASES = ("Succeeded", "Failed")
 #: Field selector of the pod list/watch: only pods that may hold GPUs.
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+class _Write(NamedTuple):
+    """One item for the postponement writer (:meth:`KubernetesState._write_loop`)."""
+
+    uid: str
+    wall_s: float  # when the pod's postponement began, Unix s
+    started_here: bool  # write the condition (else only wake the pod at its bound)
+    placed: tuple[str, dict[str, str]] | None = None  # bound: (namespace/name, condition)
 
 
 class ApiError(Exception):
@@ -209,9 +223,9 @@ class KubernetesState(BookedViews):
         self._views = ViewCache()
         self.book = AllocationBook(on_change=lambda node: self._views.pop(node, None))
         self.pending = PendingPods(scheduler_name, on_postponed=self._persist_postponed)
-        # (uid, wall s, started here) of postponement clocks: to write into
-        # their pods (when started here) and to wake the pods at their bound
-        self._writes: queue.Queue[tuple[str, float, bool]] = queue.Queue()
+        # postponement clocks to write into their pods (when started here) and to wake the
+        # pods at their bound; and the conditions of postponed pods once bound
+        self._writes: queue.Queue[_Write] = queue.Queue()
         self._writer: threading.Thread | None = None
         self.topologies = TopologyCache()
         self.watch_timeout_s = watch_timeout_s
@@ -515,8 +529,25 @@ class KubernetesState(BookedViews):
             if live is not None and _bound_with(live, pod.uid, node, ann):
                 log.warning("Binding of %s to %s: %s, but the pod is bound there with its "
                             "decision: bound", pod, node, exc)
+                self._bound(pod, node)
                 return
             raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
+        self._bound(pod, node)
+
+    def _bound(self, pod: PodRef, node: str) -> None:
+        """``pod`` is bound to ``node``: it is pending no more (the watch will say so too; a
+        wake at its bound must not write over what follows), and when it was postponed its
+        condition turns ``False`` (:func:`~scheduler_extender.pending.placed_condition`,
+        written from the background thread: bind does not wait for it)."""
+        if not pod.uid:
+            return
+        started = self.pending.postponed_wall(pod.uid)
+        self.pending.discard(pod.uid)
+        if started is not None:
+            self._writes.put(_Write(pod.uid, started, False,
+                                    (f"{pod.namespace}/{pod.name}",
+                                     placed_condition(started, node, time.time()))))
+            self._ensure_writer()
 
     def admit_pending(self, pod: Mapping[str, Any]) -> None:
         """A pod kube-scheduler asks about (filter) before the pod watch has delivered it:
@@ -539,7 +570,10 @@ class KubernetesState(BookedViews):
         for the API), write the pod's :data:`~scheduler_extender.pending.CONDITION_POSTPONED`
         when its clock ``started_here`` (so another extender continues it), and wake the pod
         when its bound ends (:meth:`_write_loop`)."""
-        self._writes.put((uid, wall_s, started_here))
+        self._writes.put(_Write(uid, wall_s, started_here))
+        self._ensure_writer()
+
+    def _ensure_writer(self) -> None:
         with self._lock:
             if self._writer is None or not self._writer.is_alive():
                 self._writer = threading.Thread(target=self._write_loop, daemon=True,
@@ -555,10 +589,13 @@ class KubernetesState(BookedViews):
         while not self._stop.is_set():
             timeout = 1.0 if not wakes else min(1.0, max(0.0, wakes[0][0] - time.monotonic()))
             try:
-                uid, wall_s, write = self._writes.get(timeout=timeout)
+                uid, wall_s, write, placed = self._writes.get(timeout=timeout)
             except queue.Empty:
                 pass
             else:
+                if placed is not None:  # bound: the condition turns False, nothing to wake
+                    self._patch_postponed(placed[0], uid, placed[1])
+                    continue
                 key = self._name_by_uid.get(uid)  # None: gone meanwhile
                 if key is None:
                     continue

@@ -44,7 +44,9 @@ meets a pod carrying one continues that clock — a new leader's extender, or th
 restart, does not grant the pod a second full wait. When the bound ends the extender updates
 the condition (reason ``PostponementEnded``): that update is itself a Pod event, so
 kube-scheduler retries the pod then even in a quiet cluster, where nothing else would wake it
-for 5 min (:mod:`scheduler_extender.kubernetes_state`).
+for 5 min (:mod:`scheduler_extender.kubernetes_state`). When the pod is bound the condition
+turns ``False`` (reason ``Placed``, :func:`placed_condition`: when the wait began, how long it
+lasted, the node), so ``kubectl describe pod`` of a running pod does not show it waiting.
 
 Only the size, the pattern and the bandwidth sensitivity of a waiting pod matter; an
 insensitive pod's pattern is dropped, so two queues that differ only there share cached
@@ -218,6 +220,12 @@ class PendingPods:
         with self._lock:
             return self._postponed.get(uid)
 
+    def postponed_wall(self, uid: str) -> float | None:
+        """When filter first postponed pending pod ``uid``, as wall time (Unix s), or None."""
+        with self._lock:
+            since = self._postponed.get(uid)
+            return None if since is None else self._wall() - (self._clock() - since)
+
     def postponed(self, uid: str) -> None:
         """Filter postponed pending pod ``uid`` (some node refused it with
         :class:`~topology.policies.base.Postponed`): its bounded wait starts now, unless it
@@ -348,6 +356,22 @@ def postponed_condition(wall_s: float, postpone_max_s: float, *,
     return {"type": CONDITION_POSTPONED, "status": "True",
             "lastTransitionTime": at.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "reason": reason, "message": message}
+
+
+def placed_condition(wall_s: float, node: str, now_s: float) -> dict[str, str]:
+    """The :data:`CONDITION_POSTPONED` condition of a postponed pod once it is placed on
+    ``node``: ``status`` ``False`` (it waits no more; reason ``Placed``), its
+    ``lastTransitionTime`` ``now_s`` (Unix s), the message giving when the wait began
+    (``wall_s``, Unix s, as :func:`postponed_condition` wrote it) and how long it lasted. A
+    view that meets it continues no clock (:func:`postponed_at` reads ``True`` only)."""
+    start = datetime.fromtimestamp(math.ceil(wall_s), tz=UTC)
+    now = datetime.fromtimestamp(math.floor(now_s), tz=UTC)
+    waited = max(0.0, now_s - math.ceil(wall_s))
+    return {"type": CONDITION_POSTPONED, "status": "False",
+            "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "reason": "Placed",
+            "message": (f"gputopo postponed this pod for a better GPU set from "
+                        f"{start.strftime('%Y-%m-%dT%H:%M:%SZ')} for {waited:.0f} s; it was "
+                        f"then placed on node {node}")}
 
 
 def may_postpone(request: Request, policy: str) -> bool:

@@ -55,7 +55,8 @@ postponement it asks without the flag and takes what the rule gives. A pod with 
 claim already (its node is decided) or a co-location slot never waits so. The start of the wait
 is written into the pod as the extender writes it (the condition
 :data:`~scheduler_extender.pending.CONDITION_POSTPONED`, marked ``PostponementEnded`` at the
-bound), and an allocator that meets a pod carrying one — a new leader, a restart — continues
+bound, and turned ``False``, reason ``Placed``, once its claims are allocated and its gate
+removed), and an allocator that meets a pod carrying one — a new leader, a restart — continues
 that clock rather than grant a second full wait.
 """
 
@@ -92,6 +93,7 @@ from scheduler_extender.kubernetes_state import ApiError
 from scheduler_extender.pending import (
     may_postpone,
     monotonic_since,
+    placed_condition,
     postponed_at,
     postponed_condition,
 )
@@ -731,6 +733,10 @@ class Allocator:
             self.metrics.released_pods += 1
             with self._lock:
                 self._released.add(uid)
+                since = self._postponed.get(uid)
+            if since is not None:  # it waited for a better set: it waits no more
+                self._patch_condition(ns, name, uid, placed_condition(
+                    self._wall() - (self._monotonic() - since), node, self._wall()))
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
             for g in grants:
@@ -804,14 +810,16 @@ class Allocator:
         ns, name, uid = str(meta.get("namespace") or "default"), str(meta.get("name")), rec.uid
         cond = postponed_condition(self._wall() - (self._monotonic() - since),
                                    self.postpone_max_s, ended=ended)
+        self._writers.submit(self._patch_condition, ns, name, uid, cond)
 
-        def run() -> None:
-            try:
-                self.api.patch_pod_conditions(ns, name, uid, [cond])
-            except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
-                log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
-
-        self._writers.submit(run)
+    def _patch_condition(self, ns: str, name: str, uid: str, cond: dict[str, str]) -> None:
+        """Merge the postponement condition ``cond`` into pod ``ns/name`` (UID ``uid``)."""
+        try:
+            self.api.patch_pod_conditions(ns, name, uid, [cond])
+        except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
+            log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
+        except Exception:  # noqa: BLE001 - a condition must not undo the allocation around it
+            log.exception("cannot record the postponement of pod %s/%s", ns, name)
 
     def _wait(self, key: str, reason: str) -> None:
         """Record why the pod waits; tell the pod (an Event) when the reason changes."""

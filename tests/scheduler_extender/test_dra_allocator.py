@@ -573,7 +573,7 @@ def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     """The first postponement is written into the pod (the extender's condition); a new
     allocator (a new leader) that meets the pod 200 s into the wait continues the clock and
     allocates {1,5,6} at the bound, 100 s later, not 300 s later; the condition then says
-    the wait ended."""
+    the wait ended, and once the claim is allocated that the pod was placed."""
     now, wall = [0.0], [1_767_225_600.0]  # 2026-01-01T00:00:00Z
     alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
                                         wall=lambda: wall[0])
@@ -598,9 +598,14 @@ def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     assert alloc.recheck_postponed() == ["ns/three"]
     drain(alloc)
     assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6]
+    # marked ended at the bound, then placed: it waits no more (status False, since when)
+    assert api.writes.count(("conditions", "ns/three")) == 2
     cond = api.pods["ns/three"]["status"]["conditions"][0]
-    assert cond["reason"] == "PostponementEnded"
-    assert cond["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+    assert (cond["status"], cond["reason"]) == ("False", "Placed")
+    assert cond["lastTransitionTime"] == "2026-01-01T00:05:00Z"
+    assert cond["message"].startswith(
+        "gputopo postponed this pod for a better GPU set from 2026-01-01T00:00:00Z for 300 s")
+    assert postponed_at(api.pods["ns/three"]) is None
 
 
 def test_a_sensitive_ring_waits_for_a_better_set_within_the_bound() -> None:

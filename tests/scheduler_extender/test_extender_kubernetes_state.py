@@ -484,6 +484,50 @@ def test_filter_before_the_watch_delivers_the_pod_still_postpones_and_writes(
     assert kube.pending.postponed_since("u-gone") is None
 
 
+def test_a_postponed_pod_once_bound_waits_no_more(fake: FakeKubeAPI,
+                                                 kube: KubernetesState) -> None:
+    """When a pod the extender postponed is bound, its condition turns ``False`` (reason
+    ``Placed``; when the wait began, how long it lasted, the node), so ``kubectl describe`` of
+    the running pod does not show it waiting, and the pod leaves the pending view at once. A
+    pod that never waited gets no condition."""
+    fake.add_pod("five", "u-five", node="n1", annotations=annotated((0, 2, 3, 4, 7), "n1"),
+                 phase="Running", emit=True)
+    wait_for(lambda: used(kube, "n1") == (0, 2, 3, 4, 7), "the 5-GPU pod")
+    pod = fake.add_pod("ring", "u-ring", gpus=3)
+    pod["metadata"]["annotations"] = {"gputopo.io/pattern": "ring"}
+    pod["spec"]["schedulerName"] = "gputopo-scheduler"
+    fake.push("pods", "ADDED", pod)
+    wait_for(lambda: "u-ring" in kube.pending, "the pending pod")
+    ext = Extender(kube, POLICY)
+    args = ExtenderArgs.model_validate(names_args(pod, ["n1"]))
+    assert "postponed" in ext.filter(args)["FailedNodes"]["n1"]
+    wait_for(lambda: postponed_at(fake.pods["u-ring"]) is not None, "the condition")
+    at = postponed_at(fake.pods["u-ring"])
+    kube.pending.postpone_max_s = 0.05  # the bound passes: the next filter lets it through
+    time.sleep(0.1)
+    assert ext.filter(args)["NodeNames"] == ["n1"]
+    res = ext.bind(ExtenderBindingArgs(PodName="ring", PodNamespace="default", PodUID="u-ring",
+                                       Node="n1"))
+    assert res == {"Error": ""}
+    assert "u-ring" not in kube.pending and kube.pending.postponed_since("u-ring") is None
+
+    def condition() -> dict[str, str]:
+        return next(c for c in fake.pods["u-ring"]["status"]["conditions"]
+                    if c["type"] == CONDITION_POSTPONED)
+
+    wait_for(lambda: condition()["status"] == "False", "the condition turned False")
+    cond = condition()
+    assert cond["reason"] == "Placed" and postponed_at(fake.pods["u-ring"]) is None
+    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+    assert f"from {start} for " in cond["message"] and cond["message"].endswith("on node n1")
+    time.sleep(0.2)  # nothing (a wake at the bound) writes over it
+    assert condition()["reason"] == "Placed"
+    calls = len(fake.calls)
+    assert bind_through(ext, fake, "plain2", "u-plain2", "n0") == {"Error": ""}
+    time.sleep(0.1)
+    assert not [c for c in fake.calls[calls:] if c[0] == "conditions"]
+
+
 def test_a_pod_still_pending_at_its_bound_is_woken(fake: FakeKubeAPI) -> None:
     """At the end of the bound the condition is updated (reason ``PostponementEnded``, the
     same start): a Pod update, on which kube-scheduler retries an extender-rejected pod, so
