@@ -224,7 +224,7 @@ class PendingPods:
         """When filter first postponed pending pod ``uid``, as wall time (Unix s), or None."""
         with self._lock:
             since = self._postponed.get(uid)
-            return None if since is None else self._wall() - (self._clock() - since)
+            return None if since is None else wall_at(since, self._clock, self._wall)
 
     def postponed(self, uid: str) -> None:
         """Filter postponed pending pod ``uid`` (some node refused it with
@@ -334,6 +334,12 @@ def monotonic_since(at: float, clock: Callable[[], float], wall: Callable[[], fl
     the monotonic ``clock`` (``wall`` and ``clock`` read now); a start in the future (another
     host's clock, the condition's rounding up) counts as now."""
     return clock() - max(0.0, wall() - at)
+
+
+def wall_at(since: float, clock: Callable[[], float], wall: Callable[[], float]) -> float:
+    """A reading ``since`` of the monotonic ``clock`` as wall time (Unix s; ``wall`` and
+    ``clock`` read now): :func:`monotonic_since` the other way."""
+    return wall() - (clock() - since)
 
 
 def postponed_condition(wall_s: float, postpone_max_s: float, *,

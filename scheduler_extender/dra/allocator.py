@@ -96,6 +96,7 @@ from scheduler_extender.pending import (
     placed_condition,
     postponed_at,
     postponed_condition,
+    wall_at,
 )
 from scheduler_extender.podspec import PodRequest, PodSpecError, choose_policy, parse_pod
 from scheduler_extender.profiles import ProfileLayers
@@ -736,7 +737,7 @@ class Allocator:
                 since = self._postponed.get(uid)
             if since is not None:  # it waited for a better set: it waits no more
                 self._patch_condition(ns, name, uid, placed_condition(
-                    self._wall() - (self._monotonic() - since), node, self._wall()))
+                    wall_at(since, self._monotonic, self._wall), node, self._wall()))
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
             for g in grants:
@@ -808,7 +809,7 @@ class Allocator:
         at ``since`` (:attr:`_monotonic`), waiting or ``ended``."""
         meta = _meta(rec.pod)
         ns, name, uid = str(meta.get("namespace") or "default"), str(meta.get("name")), rec.uid
-        cond = postponed_condition(self._wall() - (self._monotonic() - since),
+        cond = postponed_condition(wall_at(since, self._monotonic, self._wall),
                                    self.postpone_max_s, ended=ended)
         self._writers.submit(self._patch_condition, ns, name, uid, cond)
 
