@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from topology import catalog
 from topology.model import Topology
-from topology.patterns import ring
+from topology.patterns import all_to_all, ring
 from topology.policies import robust
 from topology.policies.base import NodeState, Request, Upcoming
 from topology.policies.common import MODEL_BOTTLENECK, MODEL_MAPA, MODELS
@@ -107,3 +107,33 @@ def test_never_worse_than_best_effort(topo, k: int, bits: int,  # type: ignore[n
     for col in (EQ2, BN):
         assert a[col] >= b[col] - 0.01 * abs(b[col]) - 1e-9, (free, ours.gpus, theirs.gpus)
     assert np.all(np.isfinite(a))
+
+
+def test_guard_floor_is_the_margin_below_the_incumbent_under_each_guarding_model() -> None:
+    """A candidate is admitted when it is at most :data:`robust.GUARD_MARGIN` (1 %) below the
+    incumbent's set under Eq. 2 and under the bottleneck — exactly at the floor included,
+    half a GB/s under it not; gputopo-v1 is not guarded; where Eq. 2 does not judge the
+    pattern (a 4-GPU all-to-all, six edges) the bottleneck still does."""
+    memo = Memo()
+    assert robust.GUARD_MARGIN == 0.01
+    ring3 = robust.model_table(DGX, ring(3), memo)
+    a2a4 = robust.model_table(DGX, all_to_all(4), memo)
+    assert ring3 is not None and a2a4 is not None
+    assert robust._COLUMN[MODEL_MAPA] not in a2a4.columns
+    reference = np.array([40.0, 50.0, 25.0])  # gputopo-v1, Eq. 2, bottleneck (GB/s)
+    values = np.array([
+        [0.0, 49.5, 24.75],    # at both floors; gputopo-v1 does not count
+        [100.0, 49.0, 25.0],   # Eq. 2 half a GB/s under its floor
+        [100.0, 50.0, 24.25],  # the bottleneck half a GB/s under its floor
+    ])
+    assert robust.guarded(ring3, values, reference).tolist() == [True, False, False]
+    # no Eq. 2 column: its value does not count; the bottleneck's still does
+    values = np.array([[100.0, 0.0, 25.0], [100.0, 100.0, 24.25]])
+    assert robust.guarded(a2a4, values, reference).tolist() == [True, False]
+
+
+def test_postpone_reason_without_a_set_of_the_size_does_not_postpone() -> None:
+    """Fewer free GPUs than the pattern: nothing to judge, so no reason to wait (the caller
+    answers "does not fit" instead)."""
+    state = NodeState.whole([0, 1, 2, 3, 4, 7])
+    assert robust.postpone_reason(DGX, state, [5, 6], ring(3), 0.5, Memo()) is None

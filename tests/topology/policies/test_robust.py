@@ -208,6 +208,75 @@ def test_lookahead_cost_per_model_world() -> None:
     assert robust.lookahead_cost(DGX, left, (), memo).shape == (3, len(MODELS))
 
 
+def test_lookahead_cost_sums_the_waiting_jobs_on_what_each_leaves() -> None:
+    """Two 2-GPU rings waiting: the first takes the best pair of the leftover, the second the
+    best of what the first leaves, and their costs add up. On a DGX-1 V100 a pair is ideal
+    over a double NVLink, at 50 % (Eq. 2: 55 %) over a single one and 24 % (26 %) over PCIe."""
+    memo = Memo()
+    two = (Upcoming(2, ring(2)), Upcoming(2, ring(2)))
+    pair = robust.model_table(DGX, ring(2), memo)
+    assert pair is not None
+    single = pair.values[0]  # {0,1}: one NVLink, the table's first row
+    one_single = pair.ideal / single - 1  # [1.0, 0.809, 1.0]
+    left = np.array([0b11000011, 0b10100101], dtype=np.int64)  # {0,1,6,7}, {0,2,5,7}
+    cost = robust.lookahead_cost(DGX, left, two, memo)
+    # {6,7} (a double NVLink) goes to the first ring; the second gets {0,1}, not {6,7} again
+    assert cost[0] == pytest.approx(one_single)
+    # {0,2,5,7} has no double NVLink: each ring gets a single one ({0,2}, then {5,7})
+    assert cost[1] == pytest.approx(2 * one_single)
+    # one ring alone finds {6,7}
+    assert robust.lookahead_cost(DGX, left[:1], two[:1], memo).tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_lookahead_skips_what_does_not_fit_and_reads_on() -> None:
+    """A waiting job that does not fit the leftover by count is skipped, and the jobs behind
+    it are still priced (kube-scheduler moves on to the next pod); one that no longer fits
+    because an insensitive job took its count adds nothing, even on a poor leftover."""
+    memo = Memo()
+    path = np.array([0b01100010], dtype=np.int64)  # {1,5,6}: a 3-GPU ring at 48-60 %
+    three = robust.model_table(DGX, ring(3), memo)
+    assert three is not None
+    alone = robust.lookahead_cost(DGX, path, (Upcoming(3, ring(3)),), memo)
+    assert alone[0] == pytest.approx(three.ideal / three.best[0b01100010] - 1)
+    # beside a leftover of five idle-quad GPUs, where the 5-GPU ring does fit
+    both = np.array([0b01100010, 0b00011111], dtype=np.int64)  # {1,5,6}, {0,1,2,3,4}
+    behind = robust.lookahead_cost(DGX, both, (Upcoming(5, ring(5)), Upcoming(3, ring(3))),
+                                   memo)
+    assert behind[0].tolist() == alone[0].tolist()
+    # {1,5,6} less one GPU cannot host the ring; {1,4,5,6} less one can
+    both = np.array([0b01100010, 0b01110010], dtype=np.int64)
+    taken = robust.lookahead_cost(DGX, both, (Upcoming(1, sensitive=False),
+                                              Upcoming(3, ring(3))), memo)
+    assert taken[0].tolist() == [0.0, 0.0, 0.0]
+    assert taken[1].sum() > 0  # {1,4,5,6}: priced (its best set, {4,5,6}, is not ideal)
+
+
+def test_lookahead_each_model_world_takes_its_own_best() -> None:
+    """Leftover {0,2,3,4,6,7}: a 5-GPU ring is ideal there under every model, but not on one
+    set — gputopo-v1's best ({0,2,3,4,7}, 56.1 GB/s) is 53.5 by Eq. 2, Eq. 2's best
+    ({0,2,3,6,7}, 53.6) is 49.4 by gputopo-v1. Each model's world takes its own best: no cost."""
+    memo = Memo()
+    five = robust.model_table(DGX, ring(5), memo)
+    assert five is not None
+    mask = 0b11011101
+    assert np.allclose(five.best[mask], five.ideal)
+    cost = robust.lookahead_cost(DGX, np.array([mask], dtype=np.int64),
+                                 (Upcoming(5, ring(5)),), memo)
+    assert cost.tolist() == [[0.0, 0.0, 0.0]]
+
+
+def test_trim_drops_the_jobs_after_the_last_priced_one() -> None:
+    """Only sensitive multi-GPU jobs are priced; the count-takers after the last of them
+    cannot change a price, so :func:`robust.trim` drops them (all of them when none is
+    priced)."""
+    ins, one, sens = Upcoming(2, sensitive=False), Upcoming(1), Upcoming(3, ring(3))
+    assert robust.trim(()) == ()
+    assert robust.trim((ins, one, ins)) == ()
+    assert robust.trim((sens, ins)) == (sens,)
+    assert robust.trim((ins, sens, one, ins)) == (ins, sens)
+    assert robust.trim((sens, ins, sens)) == (sens, ins, sens)
+
+
 def test_models_disagreeing_take_the_least_worst_loss() -> None:
     """Free {1,3,4,5,6,7}: no 5-set is within the tolerance of the best under all three
     models. {1,3,4,5,7} is best by Eq. 2 (53.6) and the bottleneck (25) but 12 % below the
