@@ -263,6 +263,11 @@ def test_lookahead_each_model_world_takes_its_own_best() -> None:
     cost = robust.lookahead_cost(DGX, np.array([mask], dtype=np.int64),
                                  (Upcoming(5, ring(5)),), memo)
     assert cost.tolist() == [[0.0, 0.0, 0.0]]
+    # the same for the table's first set, the NVLink quad {0,1,2,3}, to a 4-GPU ring (the
+    # next set, {0,1,2,4}, is at 46-58 %)
+    cost = robust.lookahead_cost(DGX, np.array([0b1111], dtype=np.int64),
+                                 (Upcoming(4, ring(4)),), memo)
+    assert cost.tolist() == [[0.0, 0.0, 0.0]]
 
 
 def test_trim_drops_the_jobs_after_the_last_priced_one() -> None:
