@@ -26,15 +26,17 @@ at most :data:`~topology.policies.base.MAX_UPCOMING` are read.
 worst over the models (minimax regret). The candidates within :data:`TOLERANCE` of the least
 regret are equal. Among them, the first of, in order:
 
-1. the lower own cost summed over the models: the job in hand is certain, the waiting jobs'
-   placement a forecast (when taking the good set now or leaving it for the next job cost the
-   same, take it now);
-2. the lower total cost summed over the models (the models' consensus);
-3. what the leftover can still serve when nothing is known of the queue: the best EffBW the
+1. an own cost within the tolerance of the band's least under every model: the job in hand
+   is certain, the waiting jobs' placement a forecast (when taking the good set now or
+   leaving it for the next job cost the same, take it now);
+2. what the leftover can still serve when nothing is known of the queue: the best EffBW the
    leftover offers (relative to the ideal, worst model) to each ring of 2 up to this job's size
    — the shapes a stream of similar jobs brings next — summed (:func:`serviceability`);
-4. the higher PreservedBW (MAPA Eq. 3, what MAPA's Preserve keeps);
-5. the higher gputopo-v1 EffBW of the set; 6. the lexicographically smallest set.
+3. the higher PreservedBW (MAPA Eq. 3, what MAPA's Preserve keeps);
+4. the higher gputopo-v1 EffBW of the set; 5. the lexicographically smallest set.
+
+The runner-up a decision reports is the next set in this order; when the band holds one set,
+the least-regret set outside it.
 
 An insensitive job's own cost is 0 under every model, so for it the waiting jobs and then the
 leftover decide (MAPA Algorithm 1's insensitive branch, with the leftover valued for the jobs

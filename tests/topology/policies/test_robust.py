@@ -172,6 +172,9 @@ def test_lookahead_reads_the_queue_in_order(upcoming: tuple[Upcoming, ...],
     # the job in hand first: taking its ideal triangle now or leaving the waiting job its
     # ideal triangle cost the same in total; the own-equal sets go first
     ([0, 1, 2, 3, 4, 5, 6], 3, True, (Upcoming(3),), (0, 2, 3), "own cost"),
+    # the same when neither is ideal: this ring on {0,1,2} (76-100 % of the ideal) leaving
+    # {3,6,7} (42-54 %) to the waiting one, or the other way round, cost the same in total
+    ([0, 1, 2, 3, 6, 7], 3, True, (Upcoming(3, ring(3)),), (0, 1, 2), "own cost, not ideal"),
     # then what the leftover serves when nothing more is known: both leave the waiting 2-GPU
     # ring a double NVLink, but {4,5,7} is also an NVLink triangle and {1,2,5} is not
     ([0, 1, 2, 3, 4, 5, 7], 4, True, (Upcoming(2, ring(2)),), (0, 1, 2, 3), "serviceability"),
@@ -182,11 +185,51 @@ def test_lookahead_reads_the_queue_in_order(upcoming: tuple[Upcoming, ...],
     # the set gputopo-v1 gives it (not Eq. 2's four PCIe pairs), which decides what the
     # 2-GPU all-to-all behind it gets there
     (list(range(8)), 2, True, (Upcoming(4), Upcoming(2)), (0, 3), "Eq. 2's stand-in"),
+    # an insensitive job's own bandwidth is not weighed: it takes the single-NVLink {4,5}
+    # and leaves the NVLink quad {0,1,2,3} whole, rather than a double NVLink for itself
+    ([0, 1, 2, 3, 4, 5], 2, False, (), (4, 5), "insensitive: own cost 0"),
+    # when the leftover cannot tell the sets apart (one GPU: no ring, no PreservedBW), the
+    # set with the higher gputopo-v1 EffBW: {1,2}'s double NVLink over {0,1} or {0,2}
+    ([0, 1, 2], 2, False, (), (1, 2), "gputopo-v1 EffBW"),
 ])
 def test_tie_breaks_in_order(free: list[int], count: int, sensitive: bool,
                              upcoming: tuple[Upcoming, ...], gpus: tuple[int, ...],
                              why: str) -> None:
     assert place(free, count=count, sensitive=sensitive, upcoming=upcoming).gpus == gpus, why
+
+
+def test_runner_up_is_the_next_set_in_the_rules_order() -> None:
+    """Free {0,1,2,3,4}, a 2-GPU ring with a 3-GPU ring waiting: {0,4} is the one set that
+    leaves the waiting ring an ideal triangle ({1,2,3}); the next by regret is {1,2}, also a
+    double NVLink, which leaves {0,3,4} (the best of the other leftovers: 48-60 % of the
+    ideal, against 18-48 % for {1,2,4} and 42-54 % for {0,1,4}). The runner-up is a different
+    set, never the pick."""
+    c = robust.choose(DGX, [0, 1, 2, 3, 4], ring(2), True, (Upcoming(3, ring(3)),), Memo())
+    assert c is not None
+    assert sorted(c.mapping) == [0, 4] and c.band == 1
+    assert c.runner_up is not None and sorted(c.runner_up) == [1, 2]
+
+
+@pytest.mark.parametrize(("free", "k"), [
+    ([0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 13, 15], 4),
+    ([0, 1, 2, 3, 4, 6, 7, 9, 11, 13, 14, 15], 5),
+    ([0, 1, 2, 3, 4, 8, 10, 11, 12, 14], 5),
+    ([1, 3, 5, 6, 9, 12, 14], 3),
+])
+def test_insensitive_job_leaves_the_most_serviceable_leftover(free: list[int], k: int) -> None:
+    """With no queue an insensitive job's sets all cost 0, so the leftover decides: the pick
+    leaves the highest :func:`robust.serviceability` of all its candidates, compared exactly
+    (on the 16-GPU cube mesh the best leftovers differ by about a tenth)."""
+    memo = Memo()
+    c = robust.choose(CUBE, free, ring(k), False, (), memo)
+    assert c is not None
+    fmask = sum(1 << g for g in free)
+    lefts = np.array([fmask & ~sum(1 << g for g in s) for s in itertools.combinations(free, k)],
+                     dtype=np.int64)
+    serv = robust.serviceability(CUBE, lefts, k, memo)
+    mine = robust.serviceability(
+        CUBE, np.array([fmask & ~sum(1 << g for g in c.mapping)], dtype=np.int64), k, memo)
+    assert mine[0] == pytest.approx(serv.max(), abs=1e-12)
 
 
 def test_lookahead_cost_per_model_world() -> None:
