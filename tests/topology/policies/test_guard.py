@@ -6,6 +6,7 @@ robust rule among those (topology/policies/robust.py, ``guarded``)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -137,3 +138,46 @@ def test_postpone_reason_without_a_set_of_the_size_does_not_postpone() -> None:
     answers "does not fit" instead)."""
     state = NodeState.whole([0, 1, 2, 3, 4, 7])
     assert robust.postpone_reason(DGX, state, [5, 6], ring(3), 0.5, Memo()) is None
+
+
+def test_held_choice_still_weighs_the_waiting_jobs() -> None:
+    """Free {0,1,2,3,6}, a 3-GPU ring with a 2-GPU ring waiting. Unguarded, the rule gives
+    the job {1,2,6} (a double NVLink, a single one and a PCIe hop) so the waiting ring gets the
+    double NVLink {0,3}. Best-effort takes {0,1,3} (76 % of Eq. 2's ideal); held to that, the
+    admitted sets are the ideal triangles {0,2,3} and {1,2,3} (each leaving a PCIe pair) and
+    {0,1,2}, {0,1,3}; the rule, deciding again among them with the waiting ring still
+    weighed, takes {0,1,3}, which leaves it the single NVLink {2,6}."""
+    memo = Memo()
+    free, wait = [0, 1, 2, 3, 6], (Upcoming(2, ring(2)),)
+    loose = robust.choose(DGX, free, ring(3), True, wait, memo)
+    assert loose is not None and sorted(loose.mapping) == [1, 2, 6]
+    assert place("nvidia-best-effort", free, 3).gpus == (0, 1, 3)
+    held = robust.choose(DGX, free, ring(3), True, wait, memo, guard=True)
+    assert held is not None and held.held and sorted(held.mapping) == [0, 1, 3]
+    alone = robust.choose(DGX, free, ring(3), True, (), memo, guard=True)
+    assert alone is not None and sorted(alone.mapping) == [0, 2, 3]
+
+
+@pytest.mark.parametrize("free", [
+    [0, 1, 2, 3, 4, 5, 6, 8, 10, 12, 13, 15],
+    [0, 2, 3, 4, 6, 10, 11, 14, 15],
+    [1, 4, 5, 8, 9, 13, 14, 15],
+])
+def test_held_choice_is_the_least_regret_among_the_admitted(free: list[int]) -> None:
+    """When the guard re-decides (16-GPU cube mesh, a 5-GPU ring, no queue), the job's own
+    cost still counts: the pick's worst-model regret among the sets the guard admits is
+    within the tolerance of the least (not only the leftover's preference)."""
+    memo = Memo()
+    c = robust.choose(CUBE, free, ring(5), True, (), memo, guard=True)
+    assert c is not None and c.held
+    table = robust.model_table(CUBE, ring(5), memo)
+    assert table is not None
+    fmask = sum(1 << g for g in free)
+    sel = np.flatnonzero((table.masks & ~np.int64(fmask)) == 0)
+    inc = table.best[robust.incumbent(CUBE, fmask, 5, memo)]
+    admitted = sel[robust.guarded(table, table.values[sel], inc)]
+    cols = list(table.columns)
+    pen = robust.penalty(table.values[admitted], table.ideal)[:, cols]
+    regret = (pen - pen.min(axis=0)).max(axis=1)
+    mine = robust.penalty(values(CUBE, tuple(c.mapping), 5, memo)[None, :], table.ideal)[:, cols]
+    assert float((mine - pen.min(axis=0)).max()) <= regret.min() + robust.TOLERANCE + 1e-9
