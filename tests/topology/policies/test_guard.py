@@ -156,6 +156,12 @@ def test_held_choice_still_weighs_the_waiting_jobs() -> None:
     assert held is not None and held.held and sorted(held.mapping) == [0, 1, 3]
     alone = robust.choose(DGX, free, ring(3), True, (), memo, guard=True)
     assert alone is not None and sorted(alone.mapping) == [0, 2, 3]
+    # the decision's reason says so: 1 set of the 4 admitted, the waiting ring's cost on {2,6}
+    # one ideal communication time more (the worst model's: 50 % of the ideal)
+    d = place(GUARDED, free, 3, upcoming=wait)
+    assert d.gpus == (0, 1, 3)
+    assert "held to best-effort's set" in d.reason and "1 of 4 sets within 0.01" in d.reason
+    assert "1 waiting job(s) weighed (their cost 1.000)" in d.reason
 
 
 @pytest.mark.parametrize("free", [
