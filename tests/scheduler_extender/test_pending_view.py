@@ -29,7 +29,8 @@ def view(**kw: Any) -> PendingPods:
     return PendingPods(SCHED, **kw)
 
 
-def names(p: PendingPods) -> list[int]:
+def counts(p: PendingPods) -> list[int]:
+    """The GPU counts of the pods the view hands the lookahead, in queue order."""
     return [u.count for u in p.upcoming()]
 
 
@@ -50,12 +51,12 @@ def test_a_pod_that_ends_or_stops_being_a_readable_gpu_pod_leaves_the_view(chang
     p = view()
     pod = waiting("three", 3)
     p.observe(pod)
-    assert names(p) == [3]
+    assert counts(p) == [3]
     change(pod)
     p.observe(pod)
-    assert names(p) == []
+    assert counts(p) == []
     assert not p.admit(waiting("three", 3))
-    assert names(p) == []
+    assert counts(p) == []
 
 
 def test_a_pod_without_a_scheduler_name_is_the_default_schedulers() -> None:
@@ -65,10 +66,10 @@ def test_a_pod_without_a_scheduler_name_is_the_default_schedulers() -> None:
     del pod["spec"]["schedulerName"]
     default = PendingPods("default-scheduler")
     default.observe(pod)
-    assert names(default) == [3]
+    assert counts(default) == [3]
     ours = view()
     ours.observe(pod)
-    assert names(ours) == []
+    assert counts(ours) == []
 
 
 def test_a_pod_without_a_priority_ranks_as_priority_zero() -> None:
@@ -80,7 +81,7 @@ def test_a_pod_without_a_priority_ranks_as_priority_zero() -> None:
     del newer["spec"]["priority"]
     p.observe(newer)
     p.observe(older)
-    assert names(p) == [2, 3]
+    assert counts(p) == [2, 3]
 
 
 @pytest.mark.parametrize("pod", [
@@ -94,7 +95,7 @@ def test_malformed_pods_are_ignored_not_raised_on(pod: dict[str, Any]) -> None:
     p = view()
     p.observe(pod)
     assert not p.admit(pod)
-    assert names(p) == []
+    assert counts(p) == []
     assert postponed_at(pod) is None
 
 
@@ -110,7 +111,7 @@ def test_the_forgotten_pods_are_bounded_oldest_first(monkeypatch: pytest.MonkeyP
     p.discard("uid-c")  # three forgotten: the oldest, b, is let go
     assert p.admit(waiting("b", 2))
     assert not p.admit(waiting("a", 2)) and not p.admit(waiting("c", 2))
-    assert names(p) == [2]
+    assert counts(p) == [2]
 
 
 def test_with_lookahead_reads_as_many_waiting_pods_as_asked() -> None:

@@ -133,13 +133,6 @@ def test_guard_floor_is_the_margin_below_the_incumbent_under_each_guarding_model
     assert robust.guarded(a2a4, values, reference).tolist() == [True, False]
 
 
-def test_postpone_reason_without_a_set_of_the_size_does_not_postpone() -> None:
-    """Fewer free GPUs than the pattern: nothing to judge, so no reason to wait (the caller
-    answers "does not fit" instead)."""
-    state = NodeState.whole([0, 1, 2, 3, 4, 7])
-    assert robust.postpone_reason(DGX, state, [5, 6], ring(3), 0.5, Memo()) is None
-
-
 def test_held_choice_still_weighs_the_waiting_jobs() -> None:
     """Free {0,1,2,3,6}, a 3-GPU ring with a 2-GPU ring waiting. Unguarded, the rule gives
     the job {1,2,6} (a double NVLink, a single one and a PCIe hop) so the waiting ring gets the

@@ -107,6 +107,13 @@ def test_postpone_reason_threshold_is_the_worst_model_share() -> None:
     assert why is not None and "bottleneck" in why and "48%" in why
 
 
+def test_postpone_reason_without_a_set_of_the_size_does_not_postpone() -> None:
+    """Fewer free GPUs than the pattern: nothing to judge, so no reason to wait (the caller
+    answers "does not fit" instead)."""
+    state = NodeState.whole([0, 1, 2, 3, 4, 7])
+    assert robust.postpone_reason(DGX, state, [5, 6], ring(3), 0.5, Memo()) is None
+
+
 def test_the_flag_is_part_of_the_cache_key_only_when_set() -> None:
     plain = Request(count=3, pattern=ring(3))
     assert plain.key() != _req(sensitive=True).key()
