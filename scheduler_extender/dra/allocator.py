@@ -62,6 +62,7 @@ that clock rather than grant a second full wait.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -290,6 +291,11 @@ class Allocator:
         self._monotonic = monotonic
         self._wall = wall
         self._postponed: dict[str, float] = {}     # pod uid -> its first postponement
+        # the postponement condition's writes land in the order they were decided: pod uid ->
+        # the sequence number of its newest write not yet done (older ones are dropped)
+        self._cond_seq = itertools.count(1)
+        self._cond_latest: dict[str, int] = {}
+        self._cond_lock = threading.Lock()
         self._recheck: dict[str, float] = {}       # pod key -> when its postponement ends
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(max_workers=writers,
@@ -737,7 +743,8 @@ class Allocator:
                 since = self._postponed.get(uid)
             if since is not None:  # it waited for a better set: it waits no more
                 self._patch_condition(ns, name, uid, placed_condition(
-                    wall_at(since, self._monotonic, self._wall), node, self._wall()))
+                    wall_at(since, self._monotonic, self._wall), node, self._wall()),
+                    self._next_condition(uid))
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
             for g in grants:
@@ -811,16 +818,36 @@ class Allocator:
         ns, name, uid = str(meta.get("namespace") or "default"), str(meta.get("name")), rec.uid
         cond = postponed_condition(wall_at(since, self._monotonic, self._wall),
                                    self.postpone_max_s, ended=ended)
-        self._writers.submit(self._patch_condition, ns, name, uid, cond)
+        self._writers.submit(self._patch_condition, ns, name, uid, cond,
+                             self._next_condition(uid))
 
-    def _patch_condition(self, ns: str, name: str, uid: str, cond: dict[str, str]) -> None:
-        """Merge the postponement condition ``cond`` into pod ``ns/name`` (UID ``uid``)."""
-        try:
-            self.api.patch_pod_conditions(ns, name, uid, [cond])
-        except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
-            log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
-        except Exception:  # noqa: BLE001 - a condition must not undo the allocation around it
-            log.exception("cannot record the postponement of pod %s/%s", ns, name)
+    def _next_condition(self, uid: str) -> int:
+        """A sequence number for the next postponement condition of pod ``uid``: a write
+        decided later supersedes one not yet done (:meth:`_patch_condition`)."""
+        with self._lock:
+            seq = self._cond_latest[uid] = next(self._cond_seq)
+        return seq
+
+    def _patch_condition(self, ns: str, name: str, uid: str, cond: dict[str, str],
+                         seq: int) -> None:
+        """Merge the postponement condition ``cond`` into pod ``ns/name`` (UID ``uid``),
+        unless a condition decided after it (a higher ``seq``, :meth:`_next_condition`) was
+        written or is to be: the bound's "ended" write, queued on a writer thread, must not
+        land after the "placed" one the allocating thread writes."""
+        with self._cond_lock:
+            with self._lock:
+                if self._cond_latest.get(uid) != seq:
+                    return
+            try:
+                self.api.patch_pod_conditions(ns, name, uid, [cond])
+            except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
+                log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
+            except Exception:  # noqa: BLE001 - a condition must not undo the allocation around it
+                log.exception("cannot record the postponement of pod %s/%s", ns, name)
+            finally:
+                with self._lock:
+                    if self._cond_latest.get(uid) == seq:
+                        del self._cond_latest[uid]
 
     def _wait(self, key: str, reason: str) -> None:
         """Record why the pod waits; tell the pod (an Event) when the reason changes."""

@@ -5,6 +5,9 @@ handed out twice, a restart rebuilds the same state, and what it cannot honour i
 from __future__ import annotations
 
 import copy
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
 
@@ -606,6 +609,45 @@ def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     assert cond["message"].startswith(
         "gputopo postponed this pod for a better GPU set from 2026-01-01T00:00:00Z for 300 s")
     assert postponed_at(api.pods["ns/three"]) is None
+
+
+
+def test_the_bounds_ended_condition_never_lands_after_placed() -> None:
+    """At the bound the allocator writes the "ended" condition and, in the same pass,
+    allocates the pod and writes "placed". With several writer threads (production's
+    default) the "ended" write may still be in flight, or not yet started, when "placed" is
+    decided; however slow it is, the pod ends with the condition decided last: ``False``,
+    ``Placed``."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
+                                        wall=lambda: wall[0])
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    assert "ns/three" in alloc.pending()
+    alloc._writers = ThreadPoolExecutor(max_workers=2)  # noqa: SLF001 - as in production
+    gate = threading.Event()
+    patch = api.patch_pod_conditions
+
+    def slow(namespace: str, name: str, uid: str, conditions: list[dict[str, str]]) -> None:
+        if conditions[0]["reason"] == "PostponementEnded":
+            gate.wait(10.0)  # the apiserver is slow to take this one
+        patch(namespace, name, uid, conditions)
+
+    api.patch_pod_conditions = slow  # type: ignore[method-assign]
+    now[0], wall[0] = now[0] + 300.0, wall[0] + 300.0
+    assert alloc.recheck_postponed() == ["ns/three"]  # "ended" on its way
+    with alloc._lock:  # noqa: SLF001 - the test drives the loop itself
+        key, _ = alloc._queue.popitem(last=False)  # noqa: SLF001
+    alloc.sync(key)
+    deadline = time.monotonic() + 10.0
+    while "allocation" not in api.claims["ns/three"]["status"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6]
+    gate.set()
+    alloc._writers.shutdown(wait=True)  # noqa: SLF001 - every write done
+    cond = api.pods["ns/three"]["status"]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "Placed")
 
 
 def test_a_sensitive_ring_waits_for_a_better_set_within_the_bound() -> None:
