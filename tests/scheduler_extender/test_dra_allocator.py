@@ -572,18 +572,24 @@ def _five_on_the_issue_set(**kw: Any) -> tuple[Any, Any]:
     return alloc, api
 
 
-def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
-    """The first postponement is written into the pod (the extender's condition); a new
-    allocator (a new leader) that meets the pod 200 s into the wait continues the clock and
-    allocates {1,5,6} at the bound, 100 s later, not 300 s later; the condition then says
-    the wait ended, and once the claim is allocated that the pod was placed."""
-    now, wall = [0.0], [1_767_225_600.0]  # 2026-01-01T00:00:00Z
+def _three_postponed(now: list[float], wall: list[float]) -> tuple[Any, Any]:
+    """Issue 24's case with a bound of 300 s: a bandwidth-sensitive 3-GPU ring postponed
+    (only {1,5,6} free) on clocks ``now`` (monotonic) and ``wall`` (Unix s)."""
     alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
                                         wall=lambda: wall[0])
     api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
     api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
     drain(alloc)
     assert "ns/three" in alloc.pending()
+    return alloc, api
+
+def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
+    """The first postponement is written into the pod (the extender's condition); a new
+    allocator (a new leader) that meets the pod 200 s into the wait continues the clock and
+    allocates {1,5,6} at the bound, 100 s later, not 300 s later; the condition then says
+    the wait ended, and once the claim is allocated that the pod was placed."""
+    now, wall = [0.0], [1_767_225_600.0]  # 2026-01-01T00:00:00Z
+    alloc, api = _three_postponed(now, wall)
     pod = copy.deepcopy(api.pods["ns/three"])
     assert postponed_at(pod) == wall[0]
     assert [c["reason"] for c in pod["status"]["conditions"]] == ["WaitingForBetterGPUs"]
@@ -619,12 +625,7 @@ def test_the_bounds_ended_condition_never_lands_after_placed() -> None:
     decided; however slow it is, the pod ends with the condition decided last: ``False``,
     ``Placed``."""
     now, wall = [0.0], [1_767_225_600.0]
-    alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
-                                        wall=lambda: wall[0])
-    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
-    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
-    drain(alloc)
-    assert "ns/three" in alloc.pending()
+    alloc, api = _three_postponed(now, wall)
     alloc._writers = ThreadPoolExecutor(max_workers=2)  # noqa: SLF001 - as in production
     gate = threading.Event()
     patch = api.patch_pod_conditions
