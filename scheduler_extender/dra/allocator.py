@@ -62,7 +62,6 @@ that clock rather than grant a second full wait.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
@@ -291,11 +290,10 @@ class Allocator:
         self._monotonic = monotonic
         self._wall = wall
         self._postponed: dict[str, float] = {}     # pod uid -> its first postponement
-        # the postponement condition's writes land in the order they were decided: pod uid ->
-        # the sequence number of its newest write not yet done (older ones are dropped)
-        self._cond_seq = itertools.count(1)
-        self._cond_latest: dict[str, int] = {}
-        self._cond_lock = threading.Lock()
+        # the postponement condition's writes, one at a time in the order they were decided
+        # (at the bound "ended" is decided before "placed" and must not land after it)
+        self._conditions = ThreadPoolExecutor(max_workers=1,
+                                              thread_name_prefix="gputopo-dra-condition")
         self._recheck: dict[str, float] = {}       # pod key -> when its postponement ends
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(max_workers=writers,
@@ -314,7 +312,10 @@ class Allocator:
         self._stop.set()
         with self._lock:
             self._wake.notify_all()
+        if self._thread is not None:  # its last pass may still queue writes
+            self._thread.join(timeout=30.0)
         self._writers.shutdown(wait=True)
+        self._conditions.shutdown(wait=True)  # after the writers: they queue "placed" here
         self.decider.close()
 
     # ------------------------------------------------------------------ events
@@ -742,9 +743,8 @@ class Allocator:
                 self._released.add(uid)
                 since = self._postponed.get(uid)
             if since is not None:  # it waited for a better set: it waits no more
-                self._patch_condition(ns, name, uid, placed_condition(
-                    wall_at(since, self._monotonic, self._wall), node, self._wall()),
-                    self._next_condition(uid))
+                self._conditions.submit(self._patch_condition, ns, name, uid, placed_condition(
+                    wall_at(since, self._monotonic, self._wall), node, self._wall()))
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
             for g in grants:
@@ -812,42 +812,28 @@ class Allocator:
         self._writers.submit(run)
 
     def _write_postponed(self, rec: _PodRecord, since: float, *, ended: bool = False) -> None:
-        """Write (on a writer thread) the pod's postponement condition for the clock started
-        at ``since`` (:attr:`_monotonic`), waiting or ``ended``."""
+        """Queue the pod's postponement condition for the clock started at ``since``
+        (:attr:`_monotonic`), waiting or ``ended``, on the condition writer
+        (:meth:`_patch_condition`)."""
         meta = _meta(rec.pod)
-        ns, name, uid = str(meta.get("namespace") or "default"), str(meta.get("name")), rec.uid
+        ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
         cond = postponed_condition(wall_at(since, self._monotonic, self._wall),
                                    self.postpone_max_s, ended=ended)
-        self._writers.submit(self._patch_condition, ns, name, uid, cond,
-                             self._next_condition(uid))
+        self._conditions.submit(self._patch_condition, ns, name, rec.uid, cond)
 
-    def _next_condition(self, uid: str) -> int:
-        """A sequence number for the next postponement condition of pod ``uid``: a write
-        decided later supersedes one not yet done (:meth:`_patch_condition`)."""
-        with self._lock:
-            seq = self._cond_latest[uid] = next(self._cond_seq)
-        return seq
+    def _patch_condition(self, ns: str, name: str, uid: str, cond: dict[str, str]) -> None:
+        """Merge the postponement condition ``cond`` into pod ``ns/name`` (UID ``uid``).
 
-    def _patch_condition(self, ns: str, name: str, uid: str, cond: dict[str, str],
-                         seq: int) -> None:
-        """Merge the postponement condition ``cond`` into pod ``ns/name`` (UID ``uid``),
-        unless a condition decided after it (a higher ``seq``, :meth:`_next_condition`) was
-        written or is to be: the bound's "ended" write, queued on a writer thread, must not
-        land after the "placed" one the allocating thread writes."""
-        with self._cond_lock:
-            with self._lock:
-                if self._cond_latest.get(uid) != seq:
-                    return
-            try:
-                self.api.patch_pod_conditions(ns, name, uid, [cond])
-            except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
-                log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
-            except Exception:  # noqa: BLE001 - a condition must not undo the allocation around it
-                log.exception("cannot record the postponement of pod %s/%s", ns, name)
-            finally:
-                with self._lock:
-                    if self._cond_latest.get(uid) == seq:
-                        del self._cond_latest[uid]
+        Runs on the one condition-writer thread, which takes the writes in the order they
+        were decided: the decision loop queues the bound's "ended" write before it decides
+        the allocation whose writer thread queues "placed", so "ended" cannot land after
+        "placed". A failed write is logged, never raised: the allocation around it stands."""
+        try:
+            self.api.patch_pod_conditions(ns, name, uid, [cond])
+        except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
+            log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
+        except Exception:  # noqa: BLE001 - a condition must not undo the allocation around it
+            log.exception("cannot record the postponement of pod %s/%s", ns, name)
 
     def _wait(self, key: str, reason: str) -> None:
         """Record why the pod waits; tell the pod (an Event) when the reason changes."""

@@ -218,12 +218,18 @@ def cluster(nodes: Mapping[str, str | Topology], *, taints: Mapping[str, Sequenc
 
 
 def drain(alloc: Allocator) -> None:
-    """Decide every queued pod, in order, and wait for the writes (one writer thread)."""
+    """Decide every queued pod, in order, and wait for the writes (one writer thread, then
+    the condition writer the writes may have queued on)."""
     for _ in range(10_000):
         with alloc._lock:  # noqa: SLF001 - the test drives the loop itself
             if not alloc._queue:  # noqa: SLF001
                 break
             key, _ = alloc._queue.popitem(last=False)  # noqa: SLF001
         alloc.sync(key)
-        alloc._writers.submit(lambda: None).result()  # noqa: SLF001 - writes done
-    alloc._writers.submit(lambda: None).result()  # noqa: SLF001
+        _writes_done(alloc)
+    _writes_done(alloc)
+
+
+def _writes_done(alloc: Allocator) -> None:
+    alloc._writers.submit(lambda: None).result()  # noqa: SLF001 - the test drives the writes
+    alloc._conditions.submit(lambda: None).result()  # noqa: SLF001
