@@ -82,7 +82,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -517,7 +516,6 @@ def _rank(topology: Topology, free: Sequence[int], fmask: int, pattern: Pattern,
 
 def waiting_by_node(
     nodes: Sequence[tuple[Topology, int, int]], upcoming: Sequence[Upcoming], memo: Memo,
-    homes: dict[object, Any] | None = None, homes_key: object = None,
 ) -> list[tuple[Upcoming, ...]]:
     """Which waiting jobs each node's decision must weigh, on a cluster of several nodes.
 
@@ -533,10 +531,6 @@ def waiting_by_node(
         nodes: per group of equal nodes: (topology, free-GPU mask, how many nodes).
         upcoming: the waiting jobs, in queue order.
         memo: the runner's memo.
-        homes: where to keep, per waiting job, which groups are its one best home, under
-            ``(homes_key, job)``: a caller whose ``nodes`` have not changed since (same
-            ``homes_key``) gets them without recomputing (None: not kept).
-        homes_key: what identifies ``nodes`` in ``homes``.
 
     Returns:
         Per group, the waiting jobs its decision weighs, in queue order, without the jobs
@@ -546,25 +540,13 @@ def waiting_by_node(
     """
     if not upcoming or not nodes:
         return [() for _ in nodes]
-    prepared = homes.get((homes_key, "groups")) if homes is not None else None
-    if prepared is None:
-        by_class: dict[str, tuple[Topology, list[int]]] = {}
-        for i, (topo, _, _) in enumerate(nodes):
-            by_class.setdefault(topo.topology_class, (topo, []))[1].append(i)
-        prepared = (by_class, np.array([m for _, m, _ in nodes], dtype=np.int64),
-                    np.array([c == 1 for _, _, c in nodes]))
-        if homes is not None:
-            homes[(homes_key, "groups")] = prepared
-    by_class, masks, single = prepared
-    home_of: dict[int, np.ndarray] = {}
-    for j, u in enumerate(upcoming):
-        if not u.measured:
-            continue
-        hit = homes.get((homes_key, u.key())) if homes is not None else None
-        home = hit if hit is not None else _homes(by_class, masks, single, u, memo)
-        if homes is not None and hit is None:
-            homes[(homes_key, u.key())] = home
-        home_of[j] = home
+    by_class: dict[str, tuple[Topology, list[int]]] = {}
+    for i, (topo, _, _) in enumerate(nodes):
+        by_class.setdefault(topo.topology_class, (topo, []))[1].append(i)
+    masks = np.array([m for _, m, _ in nodes], dtype=np.int64)
+    single = np.array([c == 1 for _, _, c in nodes])
+    home_of = {j: _homes(by_class, masks, single, u, memo)
+               for j, u in enumerate(upcoming) if u.measured}
     out: list[tuple[Upcoming, ...]] = [()] * len(nodes)
     if not home_of:
         return out
