@@ -430,12 +430,14 @@ def test_rule_invariants(free: set[int], k: int, waits: list[tuple[int, bool]]) 
     assert regret[sets.index(tuple(sorted(chosen)))] <= regret.min() + robust.TOLERANCE + 1e-9
 
 
-@pytest.mark.parametrize("every", [1, 3, 40])
-def test_waiting_homes_kept_across_changes_match_waiting_by_node(every: int) -> None:
+@pytest.mark.parametrize(("every", "max_jobs"), [(1, 256), (3, 256), (40, 256), (1, 2)])
+def test_waiting_homes_kept_across_changes_match_waiting_by_node(every: int,
+                                                                 max_jobs: int) -> None:
     """:class:`robust.WaitingHomes` patches a waiting job's kept costs at the slots whose
     group changed, and keeps each job's lowest-cost slot until one does: queried after every
-    change, every few changes or after more than it patches across, the homes are those
-    :func:`robust.waiting_by_node` computes from scratch on the same groups (a mixed
+    change, every few changes or after more than it patches across, and keeping the costs of
+    fewer jobs than wait (``max_jobs`` 2 of 6: forgotten and priced again), the homes are
+    those :func:`robust.waiting_by_node` computes from scratch on the same groups (a mixed
     cluster: one-class and several-class slot layouts)."""
     import random
 
@@ -444,7 +446,7 @@ def test_waiting_homes_kept_across_changes_match_waiting_by_node(every: int) -> 
             Upcoming(4, ring(4), sensitive=False), Upcoming(5, ring(5)), Upcoming(1))
     rng = random.Random(every)
     memo = Memo()
-    index = robust.WaitingHomes(memo)
+    index = robust.WaitingHomes(memo, max_jobs=max_jobs)
     masks: dict[str, tuple[str, int]] = {}
     homes_seen = 0
     for step in range(400):
@@ -473,3 +475,66 @@ def test_waiting_homes_kept_across_changes_match_waiting_by_node(every: int) -> 
                            ()) == expect[i], (step, km)
         homes_seen += sum(1 for w in expect if w)
     assert homes_seen > 0
+
+
+def test_mask_penalties_are_the_worst_model_cost_of_the_best_set_in_each_mask() -> None:
+    """A waiting 3-GPU ring's cost on every free mask of a DGX-1 V100 (what the lookahead
+    reads to find its one best home): for each model that judges the ring, ``ideal / best −
+    1`` with that model's best set inside the mask (brute force over every arrangement), the
+    worst of the models; ``inf`` where three GPUs do not fit. The ideal is the caller's (on a
+    mixed cluster the best any class offers), and the array is kept for every waiting job of
+    that shape, so it is read-only."""
+    table = robust.model_table(DGX, ring(3), Memo())
+    assert table is not None
+    cols = list(table.columns)
+    ideal = table.ideal[cols]
+    pen = robust.mask_penalties(table, cols, ideal)
+    values = {s: [set_value(DGX, s, ring(3), MODELS[c]) for c in cols]
+              for s in itertools.combinations(range(8), 3)}
+    for mask in range(256):
+        inside = [v for s, v in values.items() if all(mask >> g & 1 for g in s)]
+        if not inside:
+            assert pen[mask] == np.inf, mask
+            continue
+        best = np.max(inside, axis=0)
+        assert pen[mask] == pytest.approx(max(ideal / np.maximum(best, 1.0) - 1.0)), mask
+    triangle, issue_left = 0b1110_0000, 0b0110_0010  # {5,6,7}; {1,5,6}, issue 24's leftover
+    assert pen[triangle] == pytest.approx(0.0) and pen[issue_left] > 0.9
+    doubled = robust.mask_penalties(table, cols, 2.0 * ideal)
+    assert doubled[issue_left] == pytest.approx(2.0 * (pen[issue_left] + 1.0) - 1.0)
+    with pytest.raises(ValueError, match="read-only"):
+        pen[triangle] = 1.0
+
+
+def test_a_waiting_job_finds_its_home_on_the_class_that_has_a_table() -> None:
+    """On a cluster of a 4-GPU Minsky and two DGX-1 V100s, a waiting 5-GPU ring has no table
+    on the Minsky (listed first) and fits only on the idle DGX-1: that node alone weighs it,
+    in :func:`robust.waiting_by_node` and in :class:`robust.WaitingHomes`. A 9-GPU ring has a
+    table nowhere: no node weighs it."""
+    minsky = catalog.get("minsky")
+    five, nine = Upcoming(5, ring(5)), Upcoming(9, ring(9))
+    groups = [(minsky, 0xF, 1), (DGX, 0xFF, 1), (DGX, 0b0000_0111, 1)]
+    assert robust.waiting_by_node(groups, [five], Memo()) == [(), (five,), ()]
+    assert robust.waiting_by_node(groups, [nine], Memo()) == [(), (), ()]
+    index = robust.WaitingHomes(Memo())
+    for i, (topo, mask, _) in enumerate(groups):
+        index.set_node(f"n{i}", (topo.topology_class, mask), topo, mask)
+    assert index.waiting([five]) == {index.where["n1"]: (five,)}
+    assert index.waiting([nine]) == {}
+
+
+def test_waiting_homes_answer_the_queue_asked_about() -> None:
+    """:class:`robust.WaitingHomes` keeps its last answer for the same queue (filter, then
+    prioritize, ask twice), never for another: with no node changed in between, a waiting
+    3-GPU ring's one home is the node with the NVLink triangle {5,6,7} free; a waiting 2-GPU
+    ring has none (that node and the one with {0,3} free both offer a double NVLink); then
+    the 3-GPU ring again. An index without nodes has no home for anything."""
+    three, two = Upcoming(3, ring(3)), Upcoming(2, ring(2))
+    assert robust.WaitingHomes(Memo()).waiting([three]) == {}
+    index = robust.WaitingHomes(Memo())
+    index.set_node("tri", "tri", DGX, 0b1110_0000)
+    index.set_node("pair", "pair", DGX, 0b0000_1001)
+    index.set_node("full", "full", DGX, 0)
+    assert index.waiting([three]) == {index.where["tri"]: (three,)}
+    assert index.waiting([two]) == {}
+    assert index.waiting([three]) == {index.where["tri"]: (three,)}
