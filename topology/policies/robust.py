@@ -576,7 +576,7 @@ def _penalties(table: ModelTable, cols: list[int], ideal: np.ndarray,
                masks: np.ndarray) -> np.ndarray:
     """The worst-model cost of the best set on each free mask (inf where it does not fit)."""
     best = table.best[masks][:, cols]  # -inf where it does not fit
-    worst = (ideal / np.maximum(best, FLOOR_GBPS) - 1.0).max(axis=1)
+    worst = penalty(best, ideal).max(axis=1)
     pen: np.ndarray = np.where(np.all(np.isfinite(best), axis=1), worst, np.inf)
     return pen
 
