@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from topology import catalog
+from topology.model import GPU, PCIeLevel, Topology
 from topology.patterns import all_to_all, ring
 from topology.policies import robust
 from topology.policies.bandwidth import effbw_bottleneck
@@ -392,11 +393,29 @@ def test_upcoming_is_validated_and_keyed() -> None:
 
 
 def test_too_large_for_a_table_falls_back() -> None:
-    """Above 16 GPUs (no table) the rule declines and the single-model search decides."""
+    """Above 16 GPUs, above 8 pattern vertices, or above the table budget (C(n, k) ×
+    arrangements > 1 000 000) there is no table: the rule declines and the single-model
+    search decides. Up to them there is one: a 2-GPU ring on 16 GPUs, an 8-GPU ring on all 8
+    of a DGX-1, 6 of the cube mesh's 16 (8 008 × 60). A pattern larger than the machine has
+    none (the lookahead skips it)."""
     assert robust.choose(catalog.get("summit"), [0, 1, 2], ring(2), True, (), Memo()) \
         is not None  # 6 GPUs: a table
     with pytest.raises(ValueError, match="cannot host"):
         robust.choose(DGX, [0, 1], ring(3), True, (), Memo())
+    big = Topology.build(
+        "pcie-20gpu",
+        [GPU(index=i, uuid=f"GPU-{i:08d}-0000-0000-0000-000000000000",
+             pci_bus_id=f"0000:{i + 16:02X}:00.0", name="Tesla V100-PCIE-32GB",
+             memory_mib=32510, numa_node=i // 10, cpu_affinity=frozenset({i // 10}))
+         for i in range(20)], {}, PCIeLevel.SYS)
+    assert robust.model_table(big, ring(2), Memo()) is None
+    assert robust.choose(big, list(range(20)), ring(2), True, (), Memo()) is None
+    assert robust.model_table(CUBE, ring(2), Memo()) is not None
+    eight = robust.model_table(DGX, ring(8), Memo())
+    assert eight is not None and eight.masks.tolist() == [0xFF]
+    assert robust.model_table(CUBE, ring(6), Memo()) is not None
+    assert robust.model_table(CUBE, ring(7), Memo()) is None  # 11 440 × 360 arrangements
+    assert robust.model_table(catalog.get("minsky"), ring(5), Memo()) is None
 
 
 @settings(max_examples=60, deadline=None)
