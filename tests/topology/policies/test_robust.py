@@ -90,11 +90,16 @@ def test_model_table_matches_brute_force(topo, k) -> None:  # type: ignore[no-un
         gpus = tuple(int(g) for g in table.gpus[row])
         for col, model in enumerate(MODELS):
             assert table.values[row, col] == pytest.approx(set_value(topo, gpus, ring(k), model))
-    # the best set inside a mask is the best of its k-subsets, ties to the first
+    # the best set inside a mask is the best of its k-subsets, ties to the first (on an
+    # 8-GPU machine every mask: the first row, GPUs {0,…,k−1}, ties with others in some)
     rng = np.random.default_rng(3)
-    for _ in range(25):
-        free = sorted(rng.choice(topo.size, size=int(rng.integers(k, topo.size + 1)),
-                                 replace=False).tolist())
+    frees = ([[g for g in range(topo.size) if m >> g & 1] for m in range(1 << topo.size)]
+             if topo.size <= 8 else
+             [sorted(rng.choice(topo.size, size=int(rng.integers(k, topo.size + 1)),
+                                replace=False).tolist()) for _ in range(25)])
+    for free in frees:
+        if len(free) < k:
+            continue
         mask = sum(1 << g for g in free)
         for col in range(len(MODELS)):
             subsets = list(itertools.combinations(free, k))
@@ -104,6 +109,12 @@ def test_model_table_matches_brute_force(topo, k) -> None:  # type: ignore[no-un
             got = tuple(int(g) for g in table.gpus[table.arg[mask, col]])
             assert got == subsets[int(np.argmax(vals))]
     assert np.all(table.best[0] == -np.inf) and np.all(table.arg[0] == -1)
+    # one table serves every decision on the class (kept in the memo): nobody may change it
+    assert table.size == topo.size
+    for arr in (table.masks, table.gpus, table.values, table.arrangement, table.best,
+                table.arg):
+        with pytest.raises(ValueError, match="read-only"):
+            arr[0] = 0
 
 
 def test_eq2_judges_only_inside_its_fit() -> None:
@@ -557,3 +568,13 @@ def test_waiting_homes_answer_the_queue_asked_about() -> None:
     assert index.waiting([three]) == {index.where["tri"]: (three,)}
     assert index.waiting([two]) == {}
     assert index.waiting([three]) == {index.where["tri"]: (three,)}
+
+
+def test_equal_arrangements_map_in_index_order() -> None:
+    """Among the arrangements of a set that every model values the same (a PCIe-only
+    machine: each ring crosses the same link classes), the decision maps the first: a 4-GPU
+    ring on an idle 8-GPU PCIe server visits GPUs 0, 1, 2, 3 in order, so the pairs on one
+    PCIe switch ({0,1}, {2,3}) are ring neighbours."""
+    pcie = catalog.get("pcie-8gpu")
+    got = robust.choose(pcie, list(range(8)), ring(4), True, (), Memo())
+    assert got is not None and got.mapping == (0, 1, 2, 3)
