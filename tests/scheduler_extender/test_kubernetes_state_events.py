@@ -69,8 +69,15 @@ def test_a_deleted_node_leaves_nothing_behind(fake: FakeKubeAPI, kube: Kubernete
     assert kube.node_memory_unit("n1") is None
     assert kube.node_state("n1").unhealthy == frozenset()
     assert kube.node_names() == ["n0"]
-    changed, _ = kube.view_changes(cursor)
+    changed, cursor = kube.view_changes(cursor)
     assert changed is not None and "n1" in changed  # the decision caches hear of it
+    # a healthy node too (no unhealthy GPUs to clear, which would drop its view anyway)
+    assert kube.node_view("n0").topology == DGX  # cached
+    kube.apply_node_event("DELETED", node(fake, "n0"))
+    assert isinstance(kube.node_view("n0").topology, NodeTopologyError)
+    changed, _ = kube.view_changes(cursor)
+    assert changed is not None and "n0" in changed
+    assert kube.node_names() == []
 
 
 def test_deleting_a_node_never_seen_is_harmless(kube: KubernetesState) -> None:
@@ -286,6 +293,19 @@ def test_a_relist_keeps_a_reservation_the_list_contradicts(
     assert r is not None and not r.confirmed and x is not None and x.confirmed
 
 
+def test_a_watched_pod_on_reserved_gpus_is_booked_as_the_api_says(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """The watch shows another pod bound on GPUs this extender has reserved (another binder
+    won the race): the event records it — the API is the truth — rather than failing (and
+    sending the watch into a relist)."""
+    fake.add_pod("r", "u-r")
+    kube.reserve("u-r", "n1", decision_on((4, 5)), pod=PodRef("default", "r", "u-r"))
+    kube.apply_pod_event("ADDED", pod_on(fake, "x", "u-x", (4, 5)))
+    x = kube.allocation("u-x")
+    assert x is not None and x.confirmed and x.gpus == (4, 5)
+
+
 class WatchLog(FakeKubeAPI):
     """The fake API recording the resourceVersion each watch is opened from."""
 
@@ -319,10 +339,13 @@ def test_each_watch_resumes_where_the_last_list_or_event_left_off(kind: str) -> 
 
         def reopened(since: str) -> str:
             """The next watch opened from another version than ``since`` (the ones opened
-            before the event was applied still use ``since``)."""
-            while (rv := fake.opened[kind].get(timeout=10)) == since:
-                pass
-            return rv
+            before the event was applied still use ``since``; the fake's watch lasts 0.5 s,
+            so 20 of those are 10 s: the event was lost)."""
+            for _ in range(20):
+                rv = fake.opened[kind].get(timeout=10)
+                if rv != since:
+                    return rv
+            pytest.fail(f"the {kind} watch is still opened from {since!r}")
 
         obj = fake.nodes["n0"] if kind == "nodes" else fake.pods["u-p"]
         obj["metadata"]["resourceVersion"] = "500"
