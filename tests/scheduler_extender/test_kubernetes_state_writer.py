@@ -1,0 +1,195 @@
+"""KubernetesState's postponement writer (``_write_loop``), driven by hand: what is written
+for a pod postponed here, taken from another extender, bound, gone or admitted from a filter
+request; one writer, first in first out; the wakes it keeps; a process it does not keep
+alive. Tests wait on the patches the fake API received, in order. (docs/testing.md, "Ninth
+round".)"""
+
+from __future__ import annotations
+
+import copy
+import os
+import queue
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scheduler_extender.kubernetes_state import KubernetesState
+from scheduler_extender.pending import postponed_condition
+from scheduler_extender.state import PodRef
+from tests.scheduler_extender.kube_state_helpers import (
+    DGX,
+    PatchLog,
+    SlowPatches,
+    decision_on,
+    listed,
+    waiting_pod,
+)
+
+
+@pytest.fixture
+def patches() -> Iterator[tuple[PatchLog, KubernetesState]]:
+    api = PatchLog()
+    api.add_node("n1", DGX)
+    state = listed(api)
+    yield api, state
+    state.stop()
+
+
+def test_binding_a_postponed_pod_marks_it_placed_and_no_other(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """Bound, a postponed pod's condition turns ``Placed`` on its node and it leaves the
+    pending view at once; a pod never postponed gets no condition. (The writer is FIFO: the
+    patch of a pod postponed afterwards is the next one.)"""
+    fake, kube = patches
+    for name in ("a", "b", "c"):
+        kube.apply_pod_event("ADDED", waiting_pod(fake, name, f"u-{name}"))
+    kube.pending.postponed("u-a")
+    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
+    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
+    assert "u-a" not in kube.pending and kube.pending.postponed_since("u-a") is None
+    assert fake.next_patch() == ("a", "Placed")
+    placed = fake.pods["u-a"]["status"]["conditions"][0]
+    assert placed["status"] == "False" and placed["message"].endswith("on node n1")
+    kube.bind(PodRef("default", "b", "u-b"), "n1", decision_on((6, 7)))
+    assert "u-b" not in kube.pending
+    kube.pending.postponed("u-c")
+    assert fake.next_patch() == ("c", "WaitingForBetterGPUs")
+    assert "conditions" not in fake.pods["u-b"]["status"]
+
+
+def test_a_clock_taken_from_the_pod_is_not_written_again(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """A pod carrying another extender's postponement condition continues that clock: this
+    extender writes nothing (the condition is already there) until the bound, when it wakes
+    the pod; a pod postponed here is written at once and not woken before its bound."""
+    fake, kube = patches
+    kube.pending.postpone_max_s = 3600.0
+    held = waiting_pod(fake, "held", "u-held")
+    held["status"]["conditions"] = [postponed_condition(time.time(), 3600.0)]
+    kube.apply_pod_event("ADDED", held)
+    assert kube.pending.postponed_since("u-held") is not None
+    for name in ("a", "b"):
+        kube.apply_pod_event("ADDED", waiting_pod(fake, name, f"u-{name}"))
+    kube.pending.postponed("u-a")
+    kube.pending.postponed("u-b")
+    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")  # nothing for "held" before
+    assert fake.next_patch() == ("b", "WaitingForBetterGPUs")  # no wake of "a" in between
+    assert fake.patched.empty()
+
+
+def test_a_pod_admitted_from_a_request_is_named_as_the_watch_would(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """A pod kube-scheduler asks about before the watch delivers it joins the pending view
+    under its namespace and name: ``pod_uid`` knows it, and its postponement is written into
+    that pod (a pod without a namespace is in ``default``)."""
+    fake, kube = patches
+    pod = waiting_pod(fake, "p", "u-p")
+    fake.pods["u-p"]["metadata"]["namespace"] = pod["metadata"]["namespace"] = "team"
+    kube.admit_pending(pod)
+    assert "u-p" in kube.pending
+    assert kube.pod_uid("team", "p") == "u-p" and kube.pod_uid("default", "p") is None
+    kube.pending.postponed("u-p")
+    assert fake.next_patch() == ("p", "WaitingForBetterGPUs")
+    assert fake.pods["u-p"]["status"]["conditions"][0]["reason"] == "WaitingForBetterGPUs"
+    bare = waiting_pod(fake, "q", "u-q")
+    del bare["metadata"]["namespace"]
+    kube.admit_pending(bare)
+    assert kube.pod_uid("default", "q") == "u-q"
+
+
+def test_a_lost_reply_proven_bound_marks_the_postponed_pod_placed_on_its_node(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    fake, kube = patches
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
+    kube.pending.postponed("u-a")
+    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
+    fake.lose_binding_reply = True
+    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
+    assert "u-a" not in kube.pending
+    assert fake.next_patch() == ("a", "Placed")
+    placed = fake.pods["u-a"]["status"]["conditions"][0]
+    assert placed["message"].endswith("placed on node n1")
+def test_conditions_are_written_one_at_a_time_in_the_order_decided() -> None:
+    """One writer, first in first out: a pod bound while its postponement's write is still
+    in flight ends ``Placed`` — the ``Placed`` patch is not sent before the first one
+    returns (a second writer would send it at once, and the late ``WaitingForBetterGPUs``
+    would then show a running pod waiting)."""
+    fake = SlowPatches()
+    fake.add_node("n1", DGX)
+    kube = listed(fake)
+    try:
+        kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
+        kube.pending.postponed("u-a")
+        assert fake.entered.get(timeout=10) == "a"  # the first write is in flight
+        kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
+        with pytest.raises(queue.Empty):  # a chance for a second writer to start: none may
+            fake.entered.get(timeout=0.5)
+        fake.go.set()
+        assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
+        assert fake.next_patch() == ("a", "Placed")
+        assert fake.pods["u-a"]["status"]["conditions"][0]["reason"] == "Placed"
+    finally:
+        fake.go.set()
+        kube.stop()
+
+
+def test_the_writer_does_not_keep_the_process_alive(tmp_path: Path) -> None:
+    """The extender never stops its state (``gputopo extender`` exits on SIGTERM): a process
+    whose postponement writer has started must still exit when its main thread ends."""
+    script = tmp_path / "exits.py"
+    script.write_text(
+        "from scheduler_extender.kubernetes_state import KubernetesState\n"
+        "from scheduler_extender.pending import DEFAULT_SCHEDULER_NAME\n"
+        "from tests.scheduler_extender.fake_kube import FakeKubeAPI\n"
+        "api = FakeKubeAPI()\n"
+        "pod = api.add_pod('a', 'u-a', gpus=3)\n"
+        "pod['spec']['schedulerName'] = DEFAULT_SCHEDULER_NAME\n"
+        "kube = KubernetesState(api)\n"
+        "kube.resync_pods()\n"
+        "kube.pending.postponed('u-a')\n"
+        "assert kube._writer is not None and kube._writer.is_alive()\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, str(script)], cwd=root, timeout=30,
+                          env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def test_a_wake_survives_other_pods_placed_or_gone() -> None:
+    """The writer keeps every pending wake whatever it writes in between: pod ``a`` is still
+    woken at its bound after pod ``b`` was bound (its ``Placed`` write) and pod ``g`` was
+    deleted before its postponement could be written (nothing written for it)."""
+    fake = SlowPatches()
+    fake.add_node("n1", DGX)
+    kube = listed(fake)
+    kube.pending.postpone_max_s = 0.5
+    try:
+        for name in ("a", "b", "g"):
+            kube.apply_pod_event("ADDED", waiting_pod(fake, name, f"u-{name}"))
+        kube.pending.postponed("u-a")
+        assert fake.entered.get(timeout=10) == "a"  # the writer holds a's write
+        kube.pending.postponed("u-b")
+        kube.pending.postponed("u-g")
+        kube.apply_pod_event("DELETED", copy.deepcopy(fake.pods["u-g"]))
+        kube.bind(PodRef("default", "b", "u-b"), "n1", decision_on((4, 5)))
+        fake.go.set()
+        seen: list[tuple[str, ...]] = []
+        while not {("a", "PostponementEnded"), ("b", "Placed")} <= set(seen):
+            assert len(seen) < 10, seen  # four are due
+            seen.append(fake.next_patch())
+        assert [p for p in seen if p[0] == "a"] == [
+            ("a", "WaitingForBetterGPUs"), ("a", "PostponementEnded")]
+        assert [p for p in seen if p[0] == "b"] == [
+            ("b", "WaitingForBetterGPUs"), ("b", "Placed")]
+        assert not [p for p in seen if p[0] == "g"]
+    finally:
+        fake.go.set()
+        kube.stop()
