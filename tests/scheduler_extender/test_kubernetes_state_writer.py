@@ -107,6 +107,8 @@ def test_a_pod_admitted_from_a_request_is_named_as_the_watch_would(
 def test_a_lost_reply_proven_bound_marks_the_postponed_pod_placed_on_its_node(
     patches: tuple[PatchLog, KubernetesState]
 ) -> None:
+    """A Binding whose reply is lost but whose read-back shows the pod bound with its
+    decision counts as bound: the postponed pod's condition turns ``Placed`` on its node."""
     fake, kube = patches
     kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
     kube.pending.postponed("u-a")
@@ -117,6 +119,8 @@ def test_a_lost_reply_proven_bound_marks_the_postponed_pod_placed_on_its_node(
     assert fake.next_patch() == ("a", "Placed")
     placed = fake.pods["u-a"]["status"]["conditions"][0]
     assert placed["message"].endswith("placed on node n1")
+
+
 def test_conditions_are_written_one_at_a_time_in_the_order_decided() -> None:
     """One writer, first in first out: a pod bound while its postponement's write is still
     in flight ends ``Placed`` — the ``Placed`` patch is not sent before the first one
