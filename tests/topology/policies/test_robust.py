@@ -578,3 +578,16 @@ def test_equal_arrangements_map_in_index_order() -> None:
     pcie = catalog.get("pcie-8gpu")
     got = robust.choose(pcie, list(range(8)), ring(4), True, (), Memo())
     assert got is not None and got.mapping == (0, 1, 2, 3)
+
+
+def test_a_table_built_in_several_chunks_is_right_in_each() -> None:
+    """The table is valued in chunks of subsets (about 2 000 000 edge weights at a time): the
+    cube mesh's 6-GPU ring (8 008 subsets × 60 arrangements × 6 edges) takes two, and a
+    subset of each — the first, one across the boundary, the last — has every model's value
+    of its best arrangement (brute force)."""
+    table = robust.model_table(CUBE, ring(6), Memo())
+    assert table is not None and table.masks.shape[0] == 8008
+    for row in (0, 5555, 5556, 8007):
+        gpus = tuple(int(g) for g in table.gpus[row])
+        for col, model in enumerate(MODELS):
+            assert table.values[row, col] == pytest.approx(set_value(CUBE, gpus, ring(6), model))
