@@ -582,9 +582,9 @@ def test_equal_arrangements_map_in_index_order() -> None:
 
 def test_a_table_built_in_several_chunks_is_right_in_each() -> None:
     """The table is valued in chunks of subsets (about 2 000 000 edge weights at a time): the
-    cube mesh's 6-GPU ring (8 008 subsets × 60 arrangements × 6 edges) takes two, and a
-    subset of each — the first, one across the boundary, the last — has every model's value
-    of its best arrangement (brute force)."""
+    cube mesh's 6-GPU ring (8 008 subsets × 60 arrangements × 6 edges) takes two (5 555
+    subsets, then the rest), and the first subset, the first two of the second chunk and the
+    last have every model's value of their best arrangement (brute force)."""
     table = robust.model_table(CUBE, ring(6), Memo())
     assert table is not None and table.masks.shape[0] == 8008
     for row in (0, 5555, 5556, 8007):
