@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import queue
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from scheduler_extender.kubernetes_state import KubernetesState
@@ -31,6 +32,22 @@ def listed(api: FakeKubeAPI) -> KubernetesState:
     state.resync_nodes()
     state.resync_pods()
     return state
+
+
+def two_dgx1() -> FakeKubeAPI:
+    """A fake API server with two idle DGX-1 V100 nodes, ``n0`` and ``n1``."""
+    api = FakeKubeAPI()
+    api.add_node("n0", DGX)
+    api.add_node("n1", DGX)
+    return api
+
+
+def running(fake: FakeKubeAPI) -> Iterator[KubernetesState]:
+    """:func:`listed` as a fixture (on the ``fake`` fixture): yields the state, then stops
+    it. Listed, no watch thread: the test applies every event itself."""
+    state = listed(fake)
+    yield state
+    state.stop()
 
 
 def decision_on(gpus: tuple[int, ...]) -> Decision:

@@ -4,7 +4,7 @@ what the read-back must show to prove the Binding written, and what the caller i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -12,24 +12,11 @@ import pytest
 from scheduler_extender.kubernetes_state import ApiError, KubernetesState
 from scheduler_extender.state import BindError, PodRef
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
-from tests.scheduler_extender.kube_state_helpers import DGX, decision_on, listed
+from tests.scheduler_extender.kube_state_helpers import decision_on, running, two_dgx1
 from topology.contract import assignment_annotations
 
-
-@pytest.fixture
-def fake() -> FakeKubeAPI:
-    api = FakeKubeAPI()
-    api.add_node("n0", DGX)
-    api.add_node("n1", DGX)
-    return api
-
-
-@pytest.fixture
-def kube(fake: FakeKubeAPI) -> Iterator[KubernetesState]:
-    """Listed, no watch thread: the test applies every event itself."""
-    state = listed(fake)
-    yield state
-    state.stop()
+fake = pytest.fixture(two_dgx1, name="fake")  # two idle DGX-1 V100 nodes, n0 and n1
+kube = pytest.fixture(running, name="kube")  # listed; the test applies every event
 
 
 def refuse_after_writing(fake: FakeKubeAPI, status: int) -> None:

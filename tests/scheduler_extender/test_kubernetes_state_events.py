@@ -15,7 +15,14 @@ import pytest
 from scheduler_extender.kubernetes_state import KubernetesState
 from scheduler_extender.state import NodeTopologyError, PodRef, ReservationConflict
 from tests.scheduler_extender.fake_kube import FakeKubeAPI
-from tests.scheduler_extender.kube_state_helpers import DGX, decision_on, listed, pod_on, used
+from tests.scheduler_extender.kube_state_helpers import (
+    DGX,
+    decision_on,
+    pod_on,
+    running,
+    two_dgx1,
+    used,
+)
 from topology import catalog
 from topology.contract import (
     ANN_GPU_INDICES,
@@ -24,21 +31,8 @@ from topology.contract import (
     assignment_annotations,
 )
 
-
-@pytest.fixture
-def fake() -> FakeKubeAPI:
-    api = FakeKubeAPI()
-    api.add_node("n0", DGX)
-    api.add_node("n1", DGX)
-    return api
-
-
-@pytest.fixture
-def kube(fake: FakeKubeAPI) -> Iterator[KubernetesState]:
-    """Listed, no watch thread: the test applies every event itself."""
-    state = listed(fake)
-    yield state
-    state.stop()
+fake = pytest.fixture(two_dgx1, name="fake")  # two idle DGX-1 V100 nodes, n0 and n1
+kube = pytest.fixture(running, name="kube")  # listed; the test applies every event
 
 
 def node(fake: FakeKubeAPI, name: str) -> dict[str, Any]:
