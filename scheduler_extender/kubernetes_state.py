@@ -169,6 +169,31 @@ def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return meta if isinstance(meta, Mapping) else {}
 
 
+class PodConditionAPI(Protocol):
+    """What :func:`record_condition` needs of an API (:meth:`KubeAPI.patch_pod_conditions`)."""
+
+    def patch_pod_conditions(
+        self, namespace: str, name: str, uid: str, conditions: list[dict[str, str]]
+    ) -> None: ...
+
+
+def record_condition(api: PodConditionAPI, namespace: str, name: str, uid: str,
+                     condition: dict[str, str]) -> None:
+    """Merge the postponement ``condition`` into pod ``namespace/name`` (UID ``uid``).
+
+    Called on the one writer thread that keeps these writes in the order decided (the
+    extender's :meth:`KubernetesState._write_loop`, the DRA allocator's condition writer). A
+    failure is logged, never raised: the writer must outlive one bad call, and a condition
+    must not undo the placement around it. A pod gone or replaced meanwhile (:class:`ApiError`)
+    has nothing to keep."""
+    try:
+        api.patch_pod_conditions(namespace, name, uid, [condition])
+    except ApiError as exc:
+        log.info("cannot record the postponement of pod %s/%s: %s", namespace, name, exc)
+    except Exception:  # noqa: BLE001 - see the docstring
+        log.exception("cannot record the postponement of pod %s/%s", namespace, name)
+
+
 def _slots(text: object) -> int:
     """Co-location slots per GPU from a node's ``gputopo.io/gpu-shared-slots`` annotation:
     the default (3) when absent, 0 (no slot) when not a non-negative integer."""
@@ -613,12 +638,7 @@ class KubernetesState(BookedViews):
 
     def _patch_postponed(self, key: str, uid: str, condition: dict[str, str]) -> None:
         ns, name = key.split("/", 1)
-        try:
-            self.api.patch_pod_conditions(ns, name, uid, [condition])
-        except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
-            log.info("cannot record the postponement of pod %s: %s", key, exc)
-        except Exception:  # noqa: BLE001 - the writer must outlive one bad call
-            log.exception("cannot record the postponement of pod %s", key)
+        record_condition(self.api, ns, name, uid, condition)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """UID of a live pod seen by the watch, else None."""

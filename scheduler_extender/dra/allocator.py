@@ -89,7 +89,7 @@ from scheduler_extender.dra.claims import (
     taint_prevents,
 )
 from scheduler_extender.dra.state import DraState, claim_ref
-from scheduler_extender.kubernetes_state import ApiError
+from scheduler_extender.kubernetes_state import ApiError, record_condition
 from scheduler_extender.pending import (
     may_postpone,
     monotonic_since,
@@ -290,8 +290,9 @@ class Allocator:
         self._monotonic = monotonic
         self._wall = wall
         self._postponed: dict[str, float] = {}     # pod uid -> its first postponement
-        # the postponement condition's writes, one at a time in the order they were decided
-        # (at the bound "ended" is decided before "placed" and must not land after it)
+        # the postponement condition's writes (record_condition), one at a time in the order
+        # they were decided: the decision loop queues the bound's "ended" before it decides
+        # the allocation whose writer queues "placed", so "ended" cannot land after "placed"
         self._conditions = ThreadPoolExecutor(max_workers=1,
                                               thread_name_prefix="gputopo-dra-condition")
         self._recheck: dict[str, float] = {}       # pod key -> when its postponement ends
@@ -743,8 +744,9 @@ class Allocator:
                 self._released.add(uid)
                 since = self._postponed.get(uid)
             if since is not None:  # it waited for a better set: it waits no more
-                self._conditions.submit(self._patch_condition, ns, name, uid, placed_condition(
-                    wall_at(since, self._monotonic, self._wall), node, self._wall()))
+                placed = placed_condition(wall_at(since, self._monotonic, self._wall), node,
+                                          self._wall())
+                self._conditions.submit(record_condition, self.api, ns, name, uid, placed)
         except (ApiError, ClaimError) as exc:
             self.metrics.write_errors += 1
             for g in grants:
@@ -813,27 +815,12 @@ class Allocator:
 
     def _write_postponed(self, rec: _PodRecord, since: float, *, ended: bool = False) -> None:
         """Queue the pod's postponement condition for the clock started at ``since``
-        (:attr:`_monotonic`), waiting or ``ended``, on the condition writer
-        (:meth:`_patch_condition`)."""
+        (:attr:`_monotonic`), waiting or ``ended``, on the condition writer."""
         meta = _meta(rec.pod)
         ns, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
         cond = postponed_condition(wall_at(since, self._monotonic, self._wall),
                                    self.postpone_max_s, ended=ended)
-        self._conditions.submit(self._patch_condition, ns, name, rec.uid, cond)
-
-    def _patch_condition(self, ns: str, name: str, uid: str, cond: dict[str, str]) -> None:
-        """Merge the postponement condition ``cond`` into pod ``ns/name`` (UID ``uid``).
-
-        Runs on the one condition-writer thread, which takes the writes in the order they
-        were decided: the decision loop queues the bound's "ended" write before it decides
-        the allocation whose writer thread queues "placed", so "ended" cannot land after
-        "placed". A failed write is logged, never raised: the allocation around it stands."""
-        try:
-            self.api.patch_pod_conditions(ns, name, uid, [cond])
-        except ApiError as exc:  # gone or replaced meanwhile: nothing to keep
-            log.info("cannot record the postponement of pod %s/%s: %s", ns, name, exc)
-        except Exception:  # noqa: BLE001 - a condition must not undo the allocation around it
-            log.exception("cannot record the postponement of pod %s/%s", ns, name)
+        self._conditions.submit(record_condition, self.api, ns, name, rec.uid, cond)
 
     def _wait(self, key: str, reason: str) -> None:
         """Record why the pod waits; tell the pod (an Event) when the reason changes."""
