@@ -582,6 +582,7 @@ def _three_postponed(now: list[float], wall: list[float]) -> tuple[Any, Any]:
     assert "ns/three" in alloc.pending()
     return alloc, api
 
+
 def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     """The first postponement is written into the pod (the extender's condition); a new
     allocator (a new leader) that meets the pod 200 s into the wait continues the clock and
@@ -616,13 +617,11 @@ def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     assert postponed_at(api.pods["ns/three"]) is None
 
 
-
 def test_the_bounds_ended_condition_never_lands_after_placed() -> None:
     """At the bound the allocator writes the "ended" condition and, in the same pass,
-    allocates the pod and writes "placed". With several writer threads (production's
-    default) the "ended" write may still be in flight, or not yet started, when "placed" is
-    decided; however slow it is, the pod ends with the condition decided last: ``False``,
-    ``Placed``."""
+    allocates the pod, whose writes (on a pool of writer threads, as in production) queue
+    "placed". However slow the "ended" write is — still held when the allocation's writes
+    are done — the pod ends with the condition decided last: ``False``, ``Placed``."""
     now, wall = [0.0], [1_767_225_600.0]
     alloc, api = _three_postponed(now, wall)
     alloc._writers = ThreadPoolExecutor(max_workers=2)  # noqa: SLF001 - as in production
