@@ -538,6 +538,9 @@ class KubernetesState(BookedViews):
                 (``maybe_written``: the pod could not be read back).
         """
         ann = assignment_annotations(decision, node) if decision is not None else {}
+        # read before the call: the pod watch may see the pod bound (and forget its clock)
+        # before the Binding's reply comes back
+        started = self.pending.postponed_wall(pod.uid) if pod.uid else None
         try:
             self.api.create_binding(pod.namespace, pod.name, pod.uid, node, ann)
         except ApiError as exc:
@@ -554,19 +557,19 @@ class KubernetesState(BookedViews):
             if live is not None and _bound_with(live, pod.uid, node, ann):
                 log.warning("Binding of %s to %s: %s, but the pod is bound there with its "
                             "decision: bound", pod, node, exc)
-                self._bound(pod, node)
+                self._bound(pod, node, started)
                 return
             raise BindError(f"cannot bind pod {pod} to {node}: {exc}") from None
-        self._bound(pod, node)
+        self._bound(pod, node, started)
 
-    def _bound(self, pod: PodRef, node: str) -> None:
+    def _bound(self, pod: PodRef, node: str, started: float | None) -> None:
         """``pod`` is bound to ``node``: it is pending no more (the watch will say so too; a
-        wake at its bound must not write over what follows), and when it was postponed its
-        condition turns ``False`` (:func:`~scheduler_extender.pending.placed_condition`,
-        written from the background thread: bind does not wait for it)."""
+        wake at its bound must not write over what follows), and when it was postponed
+        (``started``: when, Unix s, read before the Binding) its condition turns ``False``
+        (:func:`~scheduler_extender.pending.placed_condition`, written from the background
+        thread: bind does not wait for it)."""
         if not pod.uid:
             return
-        started = self.pending.postponed_wall(pod.uid)
         self.pending.discard(pod.uid)
         if started is not None:
             self._writes.put(_Write(pod.uid, started, False,

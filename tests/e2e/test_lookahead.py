@@ -124,8 +124,11 @@ def test_a_postponement_keeps_its_bound_across_an_extender_restart(
             c = _condition(live, CONDITION_POSTPONED)
             return c if c is not None and c["status"] == "False" else None
 
-        cond = wait_until(placed, WAIT_S, "the postponement's condition to turn False",
-                          interval_s=0.2)
+        try:
+            cond = wait_until(placed, WAIT_S, "the postponement's condition to turn False",
+                              interval_s=0.2)
+        except TimeoutError as exc:  # the cluster's logs go with its directory: keep ours
+            pytest.fail(f"{exc}; the extender's log ends:\n{ext.log_tail(80)}")
         assert cond["reason"] == "Placed"  # bound: it waits no more
         start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))  # the clock carried over
         assert f"from {start} for " in cond["message"]

@@ -121,6 +121,25 @@ def test_a_lost_reply_proven_bound_marks_the_postponed_pod_placed_on_its_node(
     assert placed["message"].endswith("placed on node n1")
 
 
+def test_a_postponed_pod_the_watch_sees_bound_before_the_reply_is_still_marked_placed(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """The pod watch may deliver the bound pod before the Binding's reply reaches bind (the
+    watch then forgets the pod and its clock): the postponed pod's condition still turns
+    ``Placed``. (Seen once end to end: the restarted extender bound the pod on time and its
+    condition stayed ``True``.)"""
+    fake, kube = patches
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
+    kube.pending.postponed("u-a")
+    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
+    fake.after_binding = lambda: kube.apply_pod_event("MODIFIED", copy.deepcopy(fake.pods["u-a"]))
+    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
+    assert "u-a" not in kube.pending
+    assert fake.next_patch() == ("a", "Placed")
+    placed = fake.pods["u-a"]["status"]["conditions"][0]
+    assert placed["message"].endswith("placed on node n1")
+
+
 def test_conditions_are_written_one_at_a_time_in_the_order_decided() -> None:
     """One writer, first in first out: a pod bound while its postponement's write is still
     in flight ends ``Placed`` — the ``Placed`` patch is not sent before the first one
