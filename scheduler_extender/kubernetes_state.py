@@ -45,7 +45,9 @@ from scheduler_extender.pending import (
     DEFAULT_SCHEDULER_NAME,
     PendingPods,
     placed_condition,
+    postponed_at,
     postponed_condition,
+    scheduled_at,
 )
 from scheduler_extender.state import (
     Allocation,
@@ -85,6 +87,8 @@ DEFAULT_BIND_CONCURRENCY = 64
 log = logging.getLogger("gputopo.extender.kubernetes")
 
 TERMINATED_PHASES = ("Succeeded", "Failed")
+#: Default of :attr:`KubernetesState.placed_check_s` (s).
+PLACED_CHECK_S = 10.0
 #: Field selector of the pod list/watch: only pods that may hold GPUs.
 POD_FIELD_SELECTOR = "status.phase!=Succeeded,status.phase!=Failed"
 
@@ -96,6 +100,7 @@ class _Write(NamedTuple):
     wall_s: float  # when the pod's postponement began, Unix s
     started_here: bool  # write the condition (else only wake the pod at its bound)
     placed: tuple[str, dict[str, str]] | None = None  # bound: (namespace/name, condition)
+    check: str | None = None  # seen bound with the condition True: namespace/name to re-read
 
 
 class ApiError(Exception):
@@ -252,6 +257,11 @@ class KubernetesState(BookedViews):
         # pods at their bound; and the conditions of postponed pods once bound
         self._writes: queue.Queue[_Write] = queue.Queue()
         self._writer: threading.Thread | None = None
+        #: Seconds after the watch shows a pod bound with its postponement condition still
+        #: ``True`` before the pod is read again and, if still so, marked ``Placed``
+        #: (:meth:`_check_placed`): the grace of the binding extender's own write.
+        self.placed_check_s = PLACED_CHECK_S
+        self._checking: set[str] = set()  # uids with such a re-read queued
         self.topologies = TopologyCache()
         self.watch_timeout_s = watch_timeout_s
         self.reservation_grace_s = reservation_grace_s
@@ -484,6 +494,14 @@ class KubernetesState(BookedViews):
             self.pending.observe(pod)
         if gone:
             return
+        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+        if (spec or {}).get("nodeName") and postponed_at(pod) is not None:
+            with self._lock:
+                fresh = uid not in self._checking
+                self._checking.add(uid)
+            if fresh:
+                self._writes.put(_Write(uid, 0.0, False, check=key))
+                self._ensure_writer()
         with self._lock:
             ann = meta.get("annotations")
             if not has_assignment(ann if isinstance(ann, Mapping) else None):
@@ -614,15 +632,20 @@ class KubernetesState(BookedViews):
         retrying the pod (an extender's rejection is requeued on any Pod event), so the
         bound holds in a quiet cluster too, where the next retry could be 5 min away."""
         wakes: list[tuple[float, str, str, float]] = []  # (monotonic deadline, uid, key, wall)
+        checks: list[tuple[float, str, str]] = []  # (monotonic deadline, uid, key)
         while not self._stop.is_set():
-            timeout = 1.0 if not wakes else min(1.0, max(0.0, wakes[0][0] - time.monotonic()))
+            first = min([h[0][0] for h in (wakes, checks) if h], default=None)
+            timeout = 1.0 if first is None else min(1.0, max(0.0, first - time.monotonic()))
             try:
-                uid, wall_s, write, placed = self._writes.get(timeout=timeout)
+                uid, wall_s, write, placed, check = self._writes.get(timeout=timeout)
             except queue.Empty:
                 pass
             else:
                 if placed is not None:  # bound: the condition turns False, nothing to wake
                     self._patch_postponed(placed[0], uid, placed[1])
+                    continue
+                if check is not None:
+                    heapq.heappush(checks, (time.monotonic() + self.placed_check_s, uid, check))
                     continue
                 key = self._name_by_uid.get(uid)  # None: gone meanwhile
                 if key is None:
@@ -638,6 +661,36 @@ class KubernetesState(BookedViews):
                 if self.pending.postponed_since(uid) is not None:  # still pending and waiting
                     self._patch_postponed(key, uid, postponed_condition(
                         wall_s, self.pending.postpone_max_s, ended=True))
+            while checks and checks[0][0] <= time.monotonic():
+                _, uid, key = heapq.heappop(checks)
+                self._check_placed(uid, key)
+
+    def _check_placed(self, uid: str, key: str) -> None:
+        """The watch showed pod ``key`` (``uid``) bound with its postponement condition still
+        ``True``, :attr:`placed_check_s` ago: read it again and, if it still is, mark it
+        ``Placed`` — a pod bound without this extender's write (a Binding whose outcome was
+        unknown to bind, another scheduler's bind, an extender that stopped before its write).
+        Its ``lastTransitionTime`` is the pod's ``PodScheduled`` transition, so every replica
+        that repairs it writes the same condition (the API server drops the repeats)."""
+        with self._lock:
+            self._checking.discard(uid)
+        ns, name = key.split("/", 1)
+        try:
+            live = self.api.get_pod(ns, name)
+        except ApiError as exc:
+            log.warning("cannot read pod %s to mark its postponement placed: %s", key, exc)
+            return
+        if live is None or _meta(live).get("uid") != uid:
+            return
+        spec = live.get("spec") if isinstance(live.get("spec"), Mapping) else {}
+        node, at = (spec or {}).get("nodeName"), postponed_at(live)
+        if not node or at is None:
+            return  # placed meanwhile (the binding extender's write), or not bound
+        when = scheduled_at(live)
+        log.info("pod %s is bound to %s with its postponement condition still True: marked "
+                 "placed", key, node)
+        self._patch_postponed(key, uid, placed_condition(
+            at, str(node), time.time() if when is None else when))
 
     def _patch_postponed(self, key: str, uid: str, condition: dict[str, str]) -> None:
         ns, name = key.split("/", 1)

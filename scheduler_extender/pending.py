@@ -314,13 +314,24 @@ class PendingPods:
 def postponed_at(pod: Mapping[str, Any]) -> float | None:
     """When an extender first postponed ``pod`` (Unix s): the ``lastTransitionTime`` of its
     :data:`CONDITION_POSTPONED` condition while ``True``; None without one (or unreadable)."""
+    return _true_since(pod, CONDITION_POSTPONED)
+
+
+def scheduled_at(pod: Mapping[str, Any]) -> float | None:
+    """When ``pod`` was bound (Unix s): the ``lastTransitionTime`` of its ``PodScheduled``
+    condition while ``True`` (the API server writes it with the Binding); None without one
+    (or unreadable)."""
+    return _true_since(pod, "PodScheduled")
+
+
+def _true_since(pod: Mapping[str, Any], kind: str) -> float | None:
+    """The ``lastTransitionTime`` (Unix s) of ``pod``'s condition ``kind`` while ``True``."""
     status = pod.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     if not isinstance(conditions, list):
         return None
     for c in conditions:
-        if (isinstance(c, Mapping) and c.get("type") == CONDITION_POSTPONED
-                and c.get("status") == "True"):
+        if isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True":
             try:
                 at = datetime.fromisoformat(str(c.get("lastTransitionTime")))
             except ValueError:

@@ -11,14 +11,16 @@ import os
 import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from scheduler_extender.kubernetes_state import KubernetesState
-from scheduler_extender.pending import postponed_condition
+from scheduler_extender.kubernetes_state import ApiError, KubernetesState
+from scheduler_extender.pending import CONDITION_POSTPONED, postponed_condition
 from scheduler_extender.state import PodRef
 from tests.scheduler_extender.kube_state_helpers import (
     DGX,
@@ -138,6 +140,117 @@ def test_a_postponed_pod_the_watch_sees_bound_before_the_reply_is_still_marked_p
     assert fake.next_patch() == ("a", "Placed")
     placed = fake.pods["u-a"]["status"]["conditions"][0]
     assert placed["message"].endswith("placed on node n1")
+
+
+class _Reads:
+    """Counts the fake API's pod reads (``get_pod``) and signals each one."""
+
+    def __init__(self, fake: PatchLog) -> None:
+        self.count = 0
+        self.done = threading.Event()
+        self._get = fake.get_pod
+        fake.get_pod = self  # type: ignore[method-assign]
+
+    def __call__(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self._get(namespace, name)
+        finally:
+            self.count += 1
+            self.done.set()
+
+
+def _bind_elsewhere(fake: PatchLog, uid: str, node: str, at: str) -> dict[str, Any]:
+    """Bind pod ``uid`` to ``node`` as another scheduler would: ``nodeName`` and
+    ``PodScheduled`` (``True`` since ``at``), nothing of ours. Returns the watch's copy."""
+    pod = fake.pods[uid]
+    pod["spec"]["nodeName"] = node
+    pod["status"].setdefault("conditions", []).append(
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": at})
+    return copy.deepcopy(pod)
+
+
+def test_a_postponed_pod_bound_without_our_write_is_marked_placed_once(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """A pod the watch shows bound with its postponement condition still ``True`` (bound by
+    another scheduler, or by a bind whose outcome was unknown, or an extender that stopped
+    before its write) is read again after :attr:`placed_check_s` and marked ``Placed``: when
+    the wait began (from the condition), the node, and the ``PodScheduled`` time as its
+    transition — the same condition whichever replica writes it. The watch's repeated events
+    of that pod cost one read."""
+    fake, kube = patches
+    kube.placed_check_s = 0.05
+    reads = _Reads(fake)
+    began = float(int(time.time()) - 100)
+    pod = waiting_pod(fake, "a", "u-a")
+    fake.pods["u-a"]["status"]["conditions"] = pod["status"]["conditions"] = [
+        postponed_condition(began, 1800.0)]
+    kube.apply_pod_event("ADDED", pod)
+    assert kube.pending.postponed_since("u-a") is not None  # the other extender's clock
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began + 90))
+    bound = _bind_elsewhere(fake, "u-a", "n1", at)
+    for _ in range(3):
+        kube.apply_pod_event("MODIFIED", bound)
+    assert "u-a" not in kube.pending
+    assert fake.next_patch() == ("a", "Placed")
+    placed = {c["type"]: c for c in fake.pods["u-a"]["status"]["conditions"]}[CONDITION_POSTPONED]
+    assert placed["status"] == "False" and placed["lastTransitionTime"] == at
+    start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began))
+    assert placed["message"] == (f"gputopo postponed this pod for a better GPU set from {start} "
+                                 "for 90 s; it was then placed on node n1")
+    kube.apply_pod_event("MODIFIED", copy.deepcopy(fake.pods["u-a"]))  # False: nothing to check
+    kube.stop()
+    assert reads.count == 1 and fake.patched.empty()
+
+
+def test_a_postponed_pod_bound_here_is_read_again_but_not_written_twice(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """This extender's bind writes ``Placed`` itself; the watch's copy of the bound pod, taken
+    before that write, still shows ``True``: the re-read finds ``False`` and writes nothing."""
+    fake, kube = patches
+    kube.placed_check_s = 0.05
+    reads = _Reads(fake)
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
+    kube.pending.postponed("u-a")
+    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
+    seen: list[dict[str, Any]] = []
+    fake.after_binding = lambda: seen.append(copy.deepcopy(fake.pods["u-a"]))
+    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
+    assert fake.next_patch() == ("a", "Placed")
+    kube.apply_pod_event("MODIFIED", seen[0])
+    assert reads.done.wait(10)
+    kube.stop()
+    assert reads.count == 1 and fake.patched.empty()
+
+
+@pytest.mark.parametrize("change", ["deleted", "replaced", "unreadable"])
+def test_a_bound_pod_that_cannot_be_read_again_is_left_alone(
+    patches: tuple[PatchLog, KubernetesState], change: str
+) -> None:
+    """The re-read finds the pod gone, replaced under its name (another UID), or the API
+    fails: nothing is written, and the writer goes on (a later pod is still written)."""
+    fake, kube = patches
+    kube.placed_check_s = 0.05
+    pod = waiting_pod(fake, "a", "u-a")
+    fake.pods["u-a"]["status"]["conditions"] = pod["status"]["conditions"] = [
+        postponed_condition(time.time(), 1800.0)]
+    kube.apply_pod_event("ADDED", pod)
+    bound = _bind_elsewhere(fake, "u-a", "n1", "2023-11-14T22:15:00Z")
+    if change == "deleted":
+        del fake.pods["u-a"]
+    elif change == "replaced":
+        fake.pods["u-a"]["metadata"]["uid"] = "u-other"
+    else:
+        def fail(namespace: str, name: str) -> dict[str, Any] | None:
+            raise ApiError("503 Service Unavailable", 503)
+        fake.get_pod = fail  # type: ignore[method-assign]
+    reads = _Reads(fake)
+    kube.apply_pod_event("MODIFIED", bound)
+    assert reads.done.wait(10)
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "b", "u-b"))
+    kube.pending.postponed("u-b")
+    assert fake.next_patch() == ("b", "WaitingForBetterGPUs")
 
 
 def test_conditions_are_written_one_at_a_time_in_the_order_decided() -> None:
