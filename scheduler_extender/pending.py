@@ -220,6 +220,15 @@ class PendingPods:
         with self._lock:
             return self._postponed.get(uid)
 
+    def wait_left(self, uid: str) -> float | None:
+        """Seconds left of pending pod ``uid``'s bounded wait (0 once the bound has passed),
+        or None when it was never postponed."""
+        with self._lock:
+            since = self._postponed.get(uid)
+            if since is None:
+                return None
+            return max(0.0, since + self.postpone_max_s - self._clock())
+
     def postponed_wall(self, uid: str) -> float | None:
         """When filter first postponed pending pod ``uid``, as wall time (Unix s), or None."""
         with self._lock:

@@ -16,6 +16,7 @@ serialise the reply.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -180,9 +181,11 @@ class Extender:
         except BadRequest as exc:
             return _filter_result(by_objects, [], {}, {}, f"pod {_pod_label(args.Pod)}: {exc}")
         pending = getattr(self.state, "pending", None)
+        left = None
         if pending is not None and any(r.outcome.postponed for r in rows):
             pending.postponed(ref.uid)  # the bounded wait starts at the first postponement
-        return _filter_reply(by_objects, rows)
+            left = pending.wait_left(ref.uid)
+        return _filter_reply(by_objects, rows, left)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         """``POST /prioritize``: ``[{"Host": name, "Score": 0..10}]`` for every node given.
@@ -393,7 +396,11 @@ def _preemption_result(kept: Mapping[str, VictimSet]) -> dict[str, Any]:
     }
 
 
-def _filter_reply(by_objects: bool, rows: list[NodeDecision]) -> dict[str, Any]:
+def _filter_reply(by_objects: bool, rows: list[NodeDecision],
+                  wait_left_s: float | None = None) -> dict[str, Any]:
+    """The ``ExtenderFilterResult`` of ``rows``; a postponing node's reason also says how
+    long the pod may still wait (``wait_left_s``, s; what ``kubectl describe pod`` shows in
+    kube-scheduler's FailedScheduling event)."""
     passed: list[Any] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -402,6 +409,9 @@ def _filter_reply(by_objects: bool, rows: list[NodeDecision]) -> dict[str, Any]:
             passed.append(r.node if by_objects else r.name)
         elif r.outcome.unresolvable:
             unresolvable[r.name] = r.outcome.reason
+        elif r.outcome.postponed and wait_left_s is not None:
+            failed[r.name] = (f"{r.outcome.reason}; it waits for a better set at most "
+                              f"{math.ceil(wait_left_s):.0f} s more, then takes the best here")
         else:
             failed[r.name] = r.outcome.reason
     return _filter_result(by_objects, passed, failed, unresolvable, "")

@@ -38,14 +38,18 @@ def test_a_known_sensitive_pod_may_wait_until_the_bound() -> None:
     # queued an hour for lack of GPUs, never postponed: its wait has not started
     clock.now += 3600
     assert with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    assert p.wait_left("uid-three") is None
     p.postponed("uid-three")
-    assert p.postponed_since("uid-three") == clock.now
+    assert p.postponed_since("uid-three") == clock.now and p.wait_left("uid-three") == 60
     clock.now += 59
+    assert p.wait_left("uid-three") == 1
     p.postponed("uid-three")  # a later postponement keeps the first one's clock
     p.observe(waiting("three", 3))  # so does an update
     assert with_lookahead(req, "gputopo", p, "uid-three", 0).wait_for_better
     clock.now += 1
     assert not with_lookahead(req, "gputopo", p, "uid-three", 8).wait_for_better
+    clock.now += 5
+    assert p.wait_left("uid-three") == 0  # never negative
     # a relist keeps the clock of a pod listed again ...
     p.clear()
     p.observe(waiting("three", 3))
@@ -177,11 +181,17 @@ def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
     out = client.post("/filter", json=names_args(pod, ["n1"])).json()
     assert out["NodeNames"] == [] and out["Error"] == ""
     assert "postponed" in out["FailedNodes"]["n1"] and "{0,5,7}" in out["FailedNodes"]["n1"]
-    # that filter started the pod's bounded wait; the next one keeps its start
+    # that filter started the pod's bounded wait, and the reason counts it down; the next
+    # one keeps its start
     since = st.pending.postponed_since("uid-three")
     assert since is not None
-    client.post("/filter", json=names_args(pod, ["n1"]))
+    bound = st.pending.postpone_max_s
+    assert out["FailedNodes"]["n1"].endswith(
+        f"; it waits for a better set at most {bound:.0f} s more, then takes the best here")
+    st.pending._clock = lambda: since + 1000.5
+    out = client.post("/filter", json=names_args(pod, ["n1"])).json()
     assert st.pending.postponed_since("uid-three") == since
+    assert f"at most {bound - 1000:.0f} s more" in out["FailedNodes"]["n1"]
     # the same pod placed by the planner on n1 is not held back
     planned = gpu_pod("three", 3, annotations=RING | {"gputopo.io/planned-node": "n1"})
     out = client.post("/filter", json=names_args(planned, ["n1"])).json()
