@@ -13,14 +13,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from kubernetes import client as k8s_client
 
 from localcluster import Binaries, ControlPlane
 from localcluster.controlplane import wait_until
 from localcluster.gpucluster import GpuCluster, GpuPod, booking_problems, placement_of
-from scheduler_extender.pending import CONDITION_POSTPONED, postponed_at
+from scheduler_extender.pending import CONDITION_POSTPONED, postponed_at, postponed_condition
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 
@@ -138,3 +139,46 @@ def test_a_postponement_keeps_its_bound_across_an_extender_restart(
         ext.stop()
         ext.extra_args = args
         ext.start()
+
+
+def test_a_postponed_pod_bound_by_another_scheduler_is_marked_placed(
+        cluster: GpuCluster) -> None:
+    """A pod that carries a postponement condition still ``True`` and is bound by something
+    else than this extender's bind (here a Binding created by hand for a pod of a scheduler
+    nobody runs, as a dead leader's last Binding would look) is marked ``Placed`` by the
+    extender's pod watch: after its grace the condition turns ``False`` with the pod's own
+    ``PodScheduled`` time, which the API server wrote with the Binding."""
+    cluster.delete_all_pods()
+    name, began = "bound-by-hand", float(int(time.time()) - 60)
+    body = GpuPod(name, gpus=1).manifest(cluster.namespace, "nobody-scheduler")
+    cluster.core.create_namespaced_pod(cluster.namespace, cast(Any, body))
+    try:
+        cluster.core.patch_namespaced_pod_status(name, cluster.namespace, {"status": {
+            "conditions": [postponed_condition(began, BOUND_S)]}})
+        binding = k8s_client.V1Binding(
+            metadata=k8s_client.V1ObjectMeta(name=name),
+            target=k8s_client.V1ObjectReference(kind="Node", name="dgx-0"))
+        cluster.core.create_namespaced_binding(cluster.namespace, binding,
+                                               _preload_content=False)
+
+        def placed() -> dict[str, Any] | None:
+            live = cluster.pods_by_name([name]).get(name) or {}
+            c = _condition(live, CONDITION_POSTPONED)
+            return live if c is not None and c["status"] == "False" else None
+
+        try:
+            pod = wait_until(placed, WAIT_S, "the postponement's condition to turn False",
+                             interval_s=0.5)
+        except TimeoutError as exc:
+            pytest.fail(f"{exc}; the extender's log ends:\n{cluster.extender.log_tail(80)}")
+        cond = _condition(pod, CONDITION_POSTPONED)
+        scheduled = _condition(pod, "PodScheduled")
+        assert cond is not None and scheduled is not None and scheduled["status"] == "True"
+        assert cond["reason"] == "Placed"
+        assert cond["lastTransitionTime"] == scheduled["lastTransitionTime"]
+        start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began))
+        assert cond["message"].startswith(f"gputopo postponed this pod for a better GPU set "
+                                          f"from {start} for ")
+        assert cond["message"].endswith("placed on node dgx-0")
+    finally:
+        cluster.delete_all_pods()
