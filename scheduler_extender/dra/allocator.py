@@ -738,11 +738,12 @@ class Allocator:
                 self.api.patch_claim_status(ns, c.name, rv, status)
                 done.add(c.uid)
                 self.metrics.allocated_claims += 1
+            with self._lock:  # before the release: the pod may be bound, and the watch
+                since = self._postponed.get(uid)  # forget its clock, before the call returns
             self.api.release_pod(self._current(key, pod), rec.annotations)
             self.metrics.released_pods += 1
             with self._lock:
                 self._released.add(uid)
-                since = self._postponed.get(uid)
             if since is not None:  # it waited for a better set: it waits no more
                 placed = placed_condition(wall_at(since, self._monotonic, self._wall), node,
                                           self._wall())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, cast
@@ -615,6 +616,30 @@ def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     assert cond["message"].startswith(
         "gputopo postponed this pod for a better GPU set from 2026-01-01T00:00:00Z for 300 s")
     assert postponed_at(api.pods["ns/three"]) is None
+
+
+def test_a_pod_the_watch_sees_bound_before_its_release_returns_is_still_placed() -> None:
+    """Released from its scheduling gate, the pod may be scheduled, bound and delivered by
+    the pod watch (which forgets its clock) before the release call returns: the postponed
+    pod's condition still turns ``False``, ``Placed``."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _three_postponed(now, wall)
+    release = api.release_pod
+
+    def release_and_bind(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        release(pod, annotations)
+        bound = copy.deepcopy(api.pods["ns/three"])
+        bound["spec"]["nodeName"] = "n0"
+        alloc.on_pod("MODIFIED", bound)  # kube-scheduler was quick
+
+    api.release_pod = release_and_bind  # type: ignore[method-assign]
+    now[0], wall[0] = now[0] + 300.0, wall[0] + 300.0
+    assert alloc.recheck_postponed() == ["ns/three"]
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6]
+    alloc.stop()  # every write done
+    cond = api.pods["ns/three"]["status"]["conditions"][0]
+    assert (cond["status"], cond["reason"]) == ("False", "Placed")
 
 
 def test_the_bounds_ended_condition_never_lands_after_placed() -> None:
