@@ -222,6 +222,26 @@ def test_only_a_postponing_nodes_reason_counts_down() -> None:
         assert failed["n2"] == "only 2 of 8 GPUs free; the pod asks for 3"
 
 
+def test_a_filter_that_postpones_nothing_starts_no_clock() -> None:
+    """The bounded wait starts at the first postponement, not at the first filter: a pod
+    the view knows, passed by an idle node (or refused for lack of GPUs), keeps its whole
+    wait for later."""
+    topo = catalog.get("dgx1-v100")
+    st = MemoryState({"idle": topo, "full": topo})
+    d = whole_decision("x", topo, NodeState(), Request(count=6), (0, 1, 2, 3, 4, 5),
+                       MODEL_GPUTOPO)
+    st.reserve("uid-full", "full", d, pod=PodRef("default", "full", "uid-full"))
+    st.bind(PodRef("default", "full", "uid-full"), "full", d)
+    pod = gpu_pod("three", 3, annotations=RING)
+    st.pending.observe(waiting("three", 3) | {"metadata": pod["metadata"] | {
+        "creationTimestamp": "2024-01-01T00:00:00Z"}})
+    out = make_client(st).post("/filter", json=names_args(pod, ["idle", "full"])).json()
+    assert out["NodeNames"] == ["idle"]
+    assert out["FailedNodes"]["full"] == "only 2 of 8 GPUs free; the pod asks for 3"
+    assert st.pending.postponed_since("uid-three") is None
+    assert st.pending.wait_left("uid-three") is None
+
+
 def test_a_worker_process_reports_a_postponement() -> None:
     """Filter starts the clock from :attr:`Outcome.postponed`; with worker processes the
     decision comes back as a :class:`WorkerResult`, which must carry it."""
