@@ -198,6 +198,50 @@ def test_filter_postpones_a_ring_on_an_eq2_pit_and_names_why() -> None:
     assert out["NodeNames"] == ["n1"], out
 
 
+def test_only_a_postponing_nodes_reason_counts_down() -> None:
+    """Beside a node that postpones the pod, a node that cannot hold it at all says only
+    why: the countdown belongs to the postponement (either form of the request: names or
+    Node objects)."""
+    topo = catalog.get("dgx1-v100")
+    st = MemoryState({"n1": topo, "n2": topo})
+    for node, gpus in (("n1", (1, 2, 3, 4, 6)), ("n2", (0, 1, 2, 3, 4, 5))):
+        d = whole_decision("x", topo, NodeState(), Request(count=len(gpus)), gpus,
+                           MODEL_GPUTOPO)
+        st.reserve(f"uid-{node}", node, d, pod=PodRef("default", node, f"uid-{node}"))
+        st.bind(PodRef("default", node, f"uid-{node}"), node, d)
+    pod = gpu_pod("three", 3, annotations=RING)
+    st.pending.observe(waiting("three", 3) | {"metadata": pod["metadata"] | {
+        "creationTimestamp": "2024-01-01T00:00:00Z"}})
+    client = make_client(st)
+    items = [{"metadata": {"name": n}} for n in ("n1", "n2")]
+    for args in (names_args(pod, ["n1", "n2"]),
+                 {"Pod": pod, "Nodes": {"items": items}, "NodeNames": None}):
+        failed = client.post("/filter", json=args).json()["FailedNodes"]
+        assert failed["n1"].startswith("postponed: ")
+        assert failed["n1"].endswith(" s more, then takes the best here")
+        assert failed["n2"] == "only 2 of 8 GPUs free; the pod asks for 3"
+
+
+def test_a_filter_that_postpones_nothing_starts_no_clock() -> None:
+    """The bounded wait starts at the first postponement, not at the first filter: a pod
+    the view knows, passed by an idle node (or refused for lack of GPUs), keeps its whole
+    wait for later."""
+    topo = catalog.get("dgx1-v100")
+    st = MemoryState({"idle": topo, "full": topo})
+    d = whole_decision("x", topo, NodeState(), Request(count=6), (0, 1, 2, 3, 4, 5),
+                       MODEL_GPUTOPO)
+    st.reserve("uid-full", "full", d, pod=PodRef("default", "full", "uid-full"))
+    st.bind(PodRef("default", "full", "uid-full"), "full", d)
+    pod = gpu_pod("three", 3, annotations=RING)
+    st.pending.observe(waiting("three", 3) | {"metadata": pod["metadata"] | {
+        "creationTimestamp": "2024-01-01T00:00:00Z"}})
+    out = make_client(st).post("/filter", json=names_args(pod, ["idle", "full"])).json()
+    assert out["NodeNames"] == ["idle"]
+    assert out["FailedNodes"]["full"] == "only 2 of 8 GPUs free; the pod asks for 3"
+    assert st.pending.postponed_since("uid-three") is None
+    assert st.pending.wait_left("uid-three") is None
+
+
 def test_a_worker_process_reports_a_postponement() -> None:
     """Filter starts the clock from :attr:`Outcome.postponed`; with worker processes the
     decision comes back as a :class:`WorkerResult`, which must carry it."""

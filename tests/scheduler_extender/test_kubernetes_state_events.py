@@ -24,12 +24,22 @@ from tests.scheduler_extender.kube_state_helpers import (
     used,
 )
 from topology import catalog
+from topology.colocation.model import DEFAULT_SLOTS
 from topology.contract import (
     ANN_GPU_INDICES,
+    ANN_GPU_SHARED_SLOTS,
+    ANN_TOPOLOGY,
     ANN_UNHEALTHY_GPUS,
     ANN_VGPU_MEMORY_UNIT,
+    LABEL_CPU_MANAGER_POLICY,
+    LABEL_TOPOLOGY_MANAGER_POLICY,
     assignment_annotations,
 )
+from topology.numa_alignment import KubeletConfig, KubeletConfigError, kubelet_config_labels
+from topology.serialization import dumps
+
+#: Single-NUMA-node alignment, as a node's kubelet may publish it.
+SNN = KubeletConfig("single-numa-node", "pod", "static")
 
 fake = pytest.fixture(two_dgx1, name="fake")  # two idle DGX-1 V100 nodes, n0 and n1
 kube = pytest.fixture(running, name="kube")  # listed; the test applies every event
@@ -81,6 +91,66 @@ def test_deleting_a_node_never_seen_is_harmless(kube: KubernetesState) -> None:
     kube.apply_node_event("DELETED", {"metadata": {"name": "n0"}})  # no kubelet labels
     kube.apply_node_event("DELETED", {"metadata": {"name": "n0"}})
     assert kube.node_names() == ["n1"]
+
+
+def test_a_nodes_annotations_and_labels_are_read_and_replaced(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """What a Node event says replaces what the node said before: its topology (a cached
+    view is dropped even when nothing else changed), co-location slots, memory unit,
+    unhealthy GPUs and kubelet settings; an annotation or label removed means its default
+    again."""
+    n1 = node(fake, "n1")
+    assert kube.node_view("n1").topology == DGX  # cached
+    cursor = kube.view_changes(None)[1]
+    other = catalog.get("dgx-a100")
+    ann = n1["metadata"]["annotations"]
+    ann[ANN_TOPOLOGY] = dumps(other)
+    kube.apply_node_event("MODIFIED", n1)
+    assert kube.node_view("n1").topology == other
+    changed, cursor = kube.view_changes(cursor)
+    assert changed is not None and "n1" in changed
+    ann.update({ANN_GPU_SHARED_SLOTS: "2", ANN_VGPU_MEMORY_UNIT: "512",
+                ANN_UNHEALTHY_GPUS: "1,2"})
+    n1["metadata"]["labels"] = kubelet_config_labels(SNN)
+    kube.apply_node_event("MODIFIED", n1)
+    st = kube.node_state("n1")
+    assert st.slots_per_gpu == 2 and st.unhealthy == {1, 2}
+    assert kube.node_memory_unit("n1") == "512" and kube.node_kubelet_config("n1") == SNN
+    ann[ANN_GPU_SHARED_SLOTS] = "two"  # unreadable: no slot
+    n1["metadata"]["labels"] = {LABEL_TOPOLOGY_MANAGER_POLICY: "sometimes"}
+    kube.apply_node_event("MODIFIED", n1)
+    assert kube.node_state("n1").slots_per_gpu == 0
+    assert isinstance(kube.node_kubelet_config("n1"), KubeletConfigError)
+    for key in (ANN_GPU_SHARED_SLOTS, ANN_VGPU_MEMORY_UNIT, ANN_UNHEALTHY_GPUS):
+        del ann[key]
+    del n1["metadata"]["labels"]
+    kube.apply_node_event("MODIFIED", n1)
+    st = kube.node_state("n1")
+    assert st.slots_per_gpu == DEFAULT_SLOTS and st.unhealthy == frozenset()
+    assert kube.node_memory_unit("n1") is None
+    assert kube.node_kubelet_config("n1") == KubeletConfig()
+    # labels that do not align (policy none) are the kubelet's defaults, whatever else
+    n1["metadata"]["labels"] = {LABEL_CPU_MANAGER_POLICY: "static"}
+    kube.apply_node_event("MODIFIED", n1)
+    assert kube.node_kubelet_config("n1") == KubeletConfig()
+
+
+def test_a_node_without_annotations_or_a_usable_name(
+    fake: FakeKubeAPI, kube: KubernetesState
+) -> None:
+    """A node without annotations (or a topology that is not text) is known without a
+    topology; a node object without a string name is ignored."""
+    kube.apply_node_event("ADDED", {"metadata": {"name": "bare", "annotations": None}})
+    kube.apply_node_event("ADDED", {"metadata": {"name": "odd",
+                                                 "annotations": {ANN_TOPOLOGY: 8}}})
+    kube.apply_node_event("ADDED", {"metadata": {"name": 7, "annotations": {
+        ANN_TOPOLOGY: dumps(DGX)}}})
+    assert kube.node_names() == ["bare", "n0", "n1", "odd"]
+    for name in ("bare", "odd"):
+        err = kube.node_topology(name)
+        assert isinstance(err, NodeTopologyError) and "no gputopo.io/topology" in str(err)
+        assert kube.node_state(name).slots_per_gpu == DEFAULT_SLOTS
 
 
 # ---------------------------------------------------------------------- pods

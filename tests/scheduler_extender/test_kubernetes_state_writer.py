@@ -6,6 +6,7 @@ round".)"""
 
 from __future__ import annotations
 
+import calendar
 import copy
 import os
 import queue
@@ -329,3 +330,118 @@ def test_a_wake_survives_other_pods_placed_or_gone() -> None:
     finally:
         fake.go.set()
         kube.stop()
+
+
+def _postponed_elsewhere(fake: PatchLog, kube: KubernetesState, name: str,
+                         began: float) -> dict[str, Any]:
+    """A pending pod ``name`` whose postponement another extender began at ``began`` (its
+    condition ``True``), as the watch delivers it."""
+    pod = waiting_pod(fake, name, f"u-{name}")
+    fake.pods[f"u-{name}"]["status"]["conditions"] = pod["status"]["conditions"] = [
+        postponed_condition(began, 1800.0)]
+    kube.apply_pod_event("ADDED", pod)
+    return pod
+
+
+def test_a_failed_re_read_is_tried_again_at_the_pods_next_event(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """A re-read that fails leaves the pod to its next event: the watch's next copy still
+    showing the condition ``True`` queues another re-read, and that one marks it
+    ``Placed``."""
+    fake, kube = patches
+    kube.placed_check_s = 0.0
+    _postponed_elsewhere(fake, kube, "a", time.time())
+    bound = _bind_elsewhere(fake, "u-a", "n1", "2023-11-14T22:15:00Z")
+    get, failures = fake.get_pod, [ApiError("503 Service Unavailable", 503)]
+
+    def fail_once(namespace: str, name: str) -> dict[str, Any] | None:
+        if failures:
+            raise failures.pop()
+        return get(namespace, name)
+
+    fake.get_pod = fail_once  # type: ignore[method-assign]
+    reads = _Reads(fake)
+    kube.apply_pod_event("MODIFIED", bound)
+    assert reads.done.wait(10)
+    assert fake.patched.empty()
+    kube.apply_pod_event("MODIFIED", bound)  # e.g. the kubelet's status update
+    assert fake.next_patch() == ("a", "Placed")
+    assert reads.count == 2
+
+
+def test_a_bound_pod_is_read_again_only_after_the_grace(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """The re-read waits :attr:`placed_check_s`: the grace in which the binding extender
+    writes ``Placed`` itself. A pod's wake due well before it comes first, with no read."""
+    fake, kube = patches
+    kube.placed_check_s = 3600.0
+    kube.pending.postpone_max_s = 0.2
+    reads = _Reads(fake)
+    _postponed_elsewhere(fake, kube, "a", time.time())
+    kube.apply_pod_event("MODIFIED", _bind_elsewhere(fake, "u-a", "n1", "2023-11-14T22:15:00Z"))
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "w", "u-w"))
+    kube.pending.postponed("u-w")
+    assert fake.next_patch() == ("w", "WaitingForBetterGPUs")
+    assert fake.next_patch() == ("w", "PostponementEnded")
+    assert reads.count == 0
+
+
+def test_only_a_bound_pod_with_the_condition_true_is_read_again(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """A pod still pending with its condition ``True`` (it waits), a bound pod without one
+    (never postponed) or with it ``False`` (placed): none is read again. (The writer's next
+    two patches come after any re-read those events could have queued.)"""
+    fake, kube = patches
+    kube.placed_check_s = 0.0
+    reads = _Reads(fake)
+    _postponed_elsewhere(fake, kube, "waiting", time.time())
+    plain = waiting_pod(fake, "plain", "u-plain")
+    kube.apply_pod_event("ADDED", plain)
+    kube.apply_pod_event("MODIFIED", _bind_elsewhere(fake, "u-plain", "n1",
+                                                     "2023-11-14T22:15:00Z"))
+    done = _postponed_elsewhere(fake, kube, "done", time.time())
+    cond = done["status"]["conditions"][0]
+    cond.update(status="False", reason="Placed")
+    done["spec"]["nodeName"] = "n1"
+    kube.apply_pod_event("MODIFIED", done)
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "w", "u-w"))
+    kube.pending.postponed("u-w")
+    assert fake.next_patch() == ("w", "WaitingForBetterGPUs")
+    kube.bind(PodRef("default", "w", "u-w"), "n1", decision_on((4, 5)))
+    assert fake.next_patch() == ("w", "Placed")
+    assert reads.count == 0
+
+
+@pytest.mark.parametrize("found", ["placed", "no PodScheduled"])
+def test_a_re_read_keeps_the_writers_wakes(
+    patches: tuple[PatchLog, KubernetesState], found: str
+) -> None:
+    """Whatever the re-read finds — the pod already ``Placed`` by the binding extender, or
+    bound without a ``PodScheduled`` condition (then marked ``Placed`` as of now) — the
+    writer goes on: a wake due after the re-read still ends its pod's wait."""
+    fake, kube = patches
+    kube.placed_check_s = 0.05
+    kube.pending.postpone_max_s = 0.5
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "w", "u-w"))
+    kube.pending.postponed("u-w")
+    assert fake.next_patch() == ("w", "WaitingForBetterGPUs")
+    _postponed_elsewhere(fake, kube, "a", time.time() - 60)
+    bound = _bind_elsewhere(fake, "u-a", "n1", "2023-11-14T22:15:00Z")
+    live = fake.pods["u-a"]["status"]["conditions"]
+    if found == "placed":
+        live[0] = {**live[0], "status": "False", "reason": "Placed"}
+    else:
+        del live[1]  # no PodScheduled
+    before = int(time.time())
+    kube.apply_pod_event("MODIFIED", bound)
+    if found == "placed":
+        assert fake.next_patch() == ("w", "PostponementEnded")
+        return
+    # the two are due 0.45 s apart: a writer delayed that long does both in one pass
+    assert {fake.next_patch(), fake.next_patch()} == {("a", "Placed"), ("w", "PostponementEnded")}
+    placed = fake.pods["u-a"]["status"]["conditions"][0]
+    assert placed["status"] == "False" and calendar.timegm(
+        time.strptime(placed["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")) >= before
