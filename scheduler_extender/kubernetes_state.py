@@ -49,6 +49,7 @@ from scheduler_extender.pending import (
     postponed_condition,
     scheduled_at,
 )
+from scheduler_extender.podspec import bound_node_of
 from scheduler_extender.state import (
     Allocation,
     AllocationBook,
@@ -494,8 +495,7 @@ class KubernetesState(BookedViews):
             self.pending.observe(pod)
         if gone:
             return
-        spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-        if (spec or {}).get("nodeName") and postponed_at(pod) is not None:
+        if bound_node_of(pod) and postponed_at(pod) is not None:
             with self._lock:
                 fresh = uid not in self._checking
                 self._checking.add(uid)
@@ -514,10 +514,9 @@ class KubernetesState(BookedViews):
             except AssignmentError as exc:
                 log.warning("pod %s has unreadable gputopo annotations: %s", key, exc)
                 return
-            spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-            node = (spec or {}).get("nodeName") or assignment.node
+            node = bound_node_of(pod) or assignment.node
             ref = PodRef(str(ns), name, uid)
-            self.book.add(Allocation.from_assignment(ref, str(node), assignment), None,
+            self.book.add(Allocation.from_assignment(ref, node, assignment), None,
                           check=False)
 
     def reserve(self, pod_key: str, node: str, decision: Decision, *, pod: PodRef) -> None:
@@ -682,15 +681,14 @@ class KubernetesState(BookedViews):
             return
         if live is None or _meta(live).get("uid") != uid:
             return
-        spec = live.get("spec") if isinstance(live.get("spec"), Mapping) else {}
-        node, at = (spec or {}).get("nodeName"), postponed_at(live)
+        node, at = bound_node_of(live), postponed_at(live)
         if not node or at is None:
             return  # placed meanwhile (the binding extender's write), or not bound
         when = scheduled_at(live)
         log.info("pod %s is bound to %s with its postponement condition still True: marked "
                  "placed", key, node)
         self._patch_postponed(key, uid, placed_condition(
-            at, str(node), time.time() if when is None else when))
+            at, node, time.time() if when is None else when))
 
     def _patch_postponed(self, key: str, uid: str, condition: dict[str, str]) -> None:
         ns, name = key.split("/", 1)
@@ -722,9 +720,8 @@ def _bound_with(pod: Mapping[str, Any], uid: str, node: str, ann: Mapping[str, s
     """``pod`` (as the API returns it) is pod ``uid`` (any, when ``uid`` is empty), bound to
     ``node`` and carries every annotation of ``ann``: our Binding was written."""
     meta = _meta(pod)
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
     have = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
-    return ((not uid or meta.get("uid") == uid) and (spec or {}).get("nodeName") == node
+    return ((not uid or meta.get("uid") == uid) and bound_node_of(pod) == node
             and all((have or {}).get(k) == v for k, v in ann.items()))
 
 

@@ -429,6 +429,14 @@ def nominated_node_of(pod: Mapping[str, Any]) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
+def bound_node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node the pod is bound to (``spec.nodeName``, set by its Binding), or None: also
+    for a ``spec`` or a value of the wrong type, or an empty name."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    return node if isinstance(node, str) and node else None
+
+
 def choose_policy(preq: PodRequest, default: str, colocation_default: str) -> str:
     """The policy that decides ``preq``: the pod's own, else ``default`` — except that a
     co-location slot goes to ``colocation_default`` when ``default`` does not co-locate."""

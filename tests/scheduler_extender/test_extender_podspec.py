@@ -8,6 +8,7 @@ import pytest
 
 from scheduler_extender.podspec import (
     PodSpecError,
+    bound_node_of,
     parse_pod,
     pod_resources,
     request_from_pod,
@@ -191,3 +192,16 @@ def test_a_bad_quantity_names_the_resource_and_the_container() -> None:
         with pytest.raises(PodSpecError) as info:
             parse_pod(p)
         assert str(info.value).startswith(want), str(info.value)
+
+
+@pytest.mark.parametrize(("obj", "node"), [
+    ({"spec": {"nodeName": "n1"}}, "n1"),
+    ({"spec": {"nodeName": ""}}, None),
+    ({"spec": {"nodeName": 7}}, None),
+    ({"spec": {}}, None),
+    ({"spec": None}, None),
+    ({"spec": ["nodeName"]}, None),
+    ({}, None),
+])
+def test_bound_node_of_reads_only_a_node_name(obj: dict[str, Any], node: str | None) -> None:
+    assert bound_node_of(obj) == node
