@@ -121,19 +121,21 @@ def test_a_postponement_keeps_its_bound_across_an_extender_restart(
         assert at + BOUND_S - 1.0 <= bound_at <= at + BOUND_S + 14.0, bound_at - at
         def placed() -> dict[str, Any] | None:
             # bind queues this write and does not wait for it: it may land after the binding
+            # (so the pod read at the binding may still show the condition True)
             live = cluster.pods_by_name(["ring-3-later"]).get("ring-3-later") or {}
             c = _condition(live, CONDITION_POSTPONED)
-            return c if c is not None and c["status"] == "False" else None
+            return live if c is not None and c["status"] == "False" else None
 
         try:
-            cond = wait_until(placed, WAIT_S, "the postponement's condition to turn False",
+            live = wait_until(placed, WAIT_S, "the postponement's condition to turn False",
                               interval_s=0.2)
         except TimeoutError as exc:  # the cluster's logs go with its directory: keep ours
             pytest.fail(f"{exc}; the extender's log ends:\n{ext.log_tail(80)}")
-        assert cond["reason"] == "Placed"  # bound: it waits no more
+        cond = _condition(live, CONDITION_POSTPONED)
+        assert cond is not None and cond["reason"] == "Placed"  # bound: it waits no more
         start = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))  # the clock carried over
         assert f"from {start} for " in cond["message"]
-        assert postponed_at(pod) is None
+        assert postponed_at(live) is None
     finally:
         cluster.delete_all_pods()
         ext.stop()
