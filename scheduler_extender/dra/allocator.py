@@ -98,7 +98,13 @@ from scheduler_extender.pending import (
     postponed_condition,
     wall_at,
 )
-from scheduler_extender.podspec import PodRequest, PodSpecError, choose_policy, parse_pod
+from scheduler_extender.podspec import (
+    PodRequest,
+    PodSpecError,
+    bound_node_of,
+    choose_policy,
+    parse_pod,
+)
 from scheduler_extender.profiles import ProfileLayers
 from scheduler_extender.state import Allocation, ReservationConflict
 from topology.contract import assignment_annotations
@@ -329,7 +335,7 @@ class Allocator:
                 for r in old.refs:
                     if r.claim:
                         self._by_claim.get(f"{key.split('/')[0]}/{r.claim}", set()).discard(key)
-            if kind == "DELETED" or (pod.get("spec") or {}).get("nodeName"):
+            if kind == "DELETED" or bound_node_of(pod):
                 self._pods.pop(key, None)
                 uid = str(_meta(pod).get("uid") or "")
                 self._tried.pop(uid, None)

@@ -160,6 +160,17 @@ class _Reads:
             self.done.set()
 
 
+def _postponed_elsewhere(fake: PatchLog, kube: KubernetesState, name: str,
+                         began: float) -> dict[str, Any]:
+    """A pending pod ``name`` whose postponement another extender began at ``began`` (its
+    condition ``True``), as the watch delivers it."""
+    pod = waiting_pod(fake, name, f"u-{name}")
+    fake.pods[f"u-{name}"]["status"]["conditions"] = pod["status"]["conditions"] = [
+        postponed_condition(began, 1800.0)]
+    kube.apply_pod_event("ADDED", pod)
+    return pod
+
+
 def _bind_elsewhere(fake: PatchLog, uid: str, node: str, at: str) -> dict[str, Any]:
     """Bind pod ``uid`` to ``node`` as another scheduler would: ``nodeName`` and
     ``PodScheduled`` (``True`` since ``at``), nothing of ours. Returns the watch's copy."""
@@ -183,10 +194,7 @@ def test_a_postponed_pod_bound_without_our_write_is_marked_placed_once(
     kube.placed_check_s = 0.05
     reads = _Reads(fake)
     began = float(int(time.time()) - 100)
-    pod = waiting_pod(fake, "a", "u-a")
-    fake.pods["u-a"]["status"]["conditions"] = pod["status"]["conditions"] = [
-        postponed_condition(began, 1800.0)]
-    kube.apply_pod_event("ADDED", pod)
+    _postponed_elsewhere(fake, kube, "a", began)
     assert kube.pending.postponed_since("u-a") is not None  # the other extender's clock
     at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(began + 90))
     bound = _bind_elsewhere(fake, "u-a", "n1", at)
@@ -233,10 +241,7 @@ def test_a_bound_pod_that_cannot_be_read_again_is_left_alone(
     fails: nothing is written, and the writer goes on (a later pod is still written)."""
     fake, kube = patches
     kube.placed_check_s = 0.05
-    pod = waiting_pod(fake, "a", "u-a")
-    fake.pods["u-a"]["status"]["conditions"] = pod["status"]["conditions"] = [
-        postponed_condition(time.time(), 1800.0)]
-    kube.apply_pod_event("ADDED", pod)
+    _postponed_elsewhere(fake, kube, "a", time.time())
     bound = _bind_elsewhere(fake, "u-a", "n1", "2023-11-14T22:15:00Z")
     if change == "deleted":
         del fake.pods["u-a"]
@@ -330,17 +335,6 @@ def test_a_wake_survives_other_pods_placed_or_gone() -> None:
     finally:
         fake.go.set()
         kube.stop()
-
-
-def _postponed_elsewhere(fake: PatchLog, kube: KubernetesState, name: str,
-                         began: float) -> dict[str, Any]:
-    """A pending pod ``name`` whose postponement another extender began at ``began`` (its
-    condition ``True``), as the watch delivers it."""
-    pod = waiting_pod(fake, name, f"u-{name}")
-    fake.pods[f"u-{name}"]["status"]["conditions"] = pod["status"]["conditions"] = [
-        postponed_condition(began, 1800.0)]
-    kube.apply_pod_event("ADDED", pod)
-    return pod
 
 
 def test_a_failed_re_read_is_tried_again_at_the_pods_next_event(
