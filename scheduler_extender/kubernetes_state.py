@@ -36,7 +36,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
@@ -198,6 +198,48 @@ def record_condition(api: PodConditionAPI, namespace: str, name: str, uid: str,
         log.info("cannot record the postponement of pod %s/%s: %s", namespace, name, exc)
     except Exception:  # noqa: BLE001 - see the docstring
         log.exception("cannot record the postponement of pod %s/%s", namespace, name)
+
+
+class PlacedRepairAPI(PodConditionAPI, Protocol):
+    """What :func:`mark_placed_if_bound` needs of an API (:meth:`KubeAPI.get_pod` too)."""
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+def mark_placed_if_bound(api: PlacedRepairAPI, namespace: str, name: str, uid: str,
+                         *, now: Callable[[], float] = time.time) -> bool:
+    """Read pod ``namespace/name`` and, if it is pod ``uid``, bound, and its postponement
+    condition still ``True`` (waiting, or its bound passed), write it ``False``/``Placed``:
+    the repair of a pod bound without the placing writer's own ``Placed`` — a Binding or gate
+    removal whose outcome the writer could not learn, another scheduler's bind, a writer that
+    stopped in between (the extender's :meth:`KubernetesState._check_placed`, the DRA
+    allocator's checks). The condition's ``lastTransitionTime`` is the pod's
+    ``PodScheduled`` transition (written by the API server with the Binding; ``now()``, Unix
+    s, when absent), so every replica that repairs it writes the same condition and the API
+    server drops the repeats.
+
+    Returns:
+        Whether it wrote (the write itself never raises: :func:`record_condition`).
+        Reading the pod failed (logged), it is gone, another pod by that name, not bound,
+        or placed meanwhile: False.
+    """
+    try:
+        live = api.get_pod(namespace, name)
+    except ApiError as exc:
+        log.warning("cannot read pod %s/%s to mark its postponement placed: %s",
+                    namespace, name, exc)
+        return False
+    if live is None or _meta(live).get("uid") != uid:
+        return False
+    node, at = bound_node_of(live), postponed_at(live)
+    if not node or at is None:
+        return False  # placed meanwhile (the placing writer's own write), or not bound
+    when = scheduled_at(live)
+    log.info("pod %s/%s is bound to %s with its postponement condition still True: marked "
+             "placed", namespace, name, node)
+    record_condition(api, namespace, name, uid,
+                     placed_condition(at, node, now() if when is None else when))
+    return True
 
 
 def _slots(text: object) -> int:
@@ -493,9 +535,13 @@ class KubernetesState(BookedViews):
             self.pending.discard(uid)
         else:
             self.pending.observe(pod)
+        waits = postponed_at(pod) is not None
+        if (gone or not waits) and uid in self._checking:
+            with self._lock:  # placed (or gone): a queued re-read has nothing to repair
+                self._checking.discard(uid)
         if gone:
             return
-        if bound_node_of(pod) and postponed_at(pod) is not None:
+        if bound_node_of(pod) and waits:
             with self._lock:
                 fresh = uid not in self._checking
                 self._checking.add(uid)
@@ -670,25 +716,15 @@ class KubernetesState(BookedViews):
         ``Placed`` — a pod bound without this extender's write (a Binding whose outcome was
         unknown to bind, another scheduler's bind, an extender that stopped before its write).
         Its ``lastTransitionTime`` is the pod's ``PodScheduled`` transition, so every replica
-        that repairs it writes the same condition (the API server drops the repeats)."""
+        that repairs it writes the same condition (the API server drops the repeats). A pod
+        the watch has shown placed, or gone, meanwhile is not read again
+        (:meth:`apply_pod_event` withdrew its check)."""
         with self._lock:
+            if uid not in self._checking:
+                return
             self._checking.discard(uid)
         ns, name = key.split("/", 1)
-        try:
-            live = self.api.get_pod(ns, name)
-        except ApiError as exc:
-            log.warning("cannot read pod %s to mark its postponement placed: %s", key, exc)
-            return
-        if live is None or _meta(live).get("uid") != uid:
-            return
-        node, at = bound_node_of(live), postponed_at(live)
-        if not node or at is None:
-            return  # placed meanwhile (the binding extender's write), or not bound
-        when = scheduled_at(live)
-        log.info("pod %s is bound to %s with its postponement condition still True: marked "
-                 "placed", key, node)
-        self._patch_postponed(key, uid, placed_condition(
-            at, node, time.time() if when is None else when))
+        mark_placed_if_bound(self.api, ns, name, uid)
 
     def _patch_postponed(self, key: str, uid: str, condition: dict[str, str]) -> None:
         ns, name = key.split("/", 1)

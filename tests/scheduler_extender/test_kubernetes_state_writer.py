@@ -233,6 +233,50 @@ def test_a_postponed_pod_bound_here_is_read_again_but_not_written_twice(
     assert reads.count == 1 and fake.patched.empty()
 
 
+def test_a_re_read_is_withdrawn_when_the_watch_shows_the_pod_placed(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """The watch's copy of a pod this extender bound, taken before its ``Placed`` write,
+    queues a re-read; the next copy, showing ``Placed``, withdraws it: no read. (Pod ``b``,
+    bound elsewhere after it, is re-read and marked placed: its check was due after ``a``'s,
+    so ``a``'s has had its turn.)"""
+    fake, kube = patches
+    kube.placed_check_s = 0.05
+    reads = _Reads(fake)
+    kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
+    kube.pending.postponed("u-a")
+    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
+    seen: list[dict[str, Any]] = []
+    fake.after_binding = lambda: seen.append(copy.deepcopy(fake.pods["u-a"]))
+    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
+    assert fake.next_patch() == ("a", "Placed")
+    _postponed_elsewhere(fake, kube, "b", time.time())
+    kube.apply_pod_event("MODIFIED", seen[0])  # bound, still True: a re-read is queued
+    kube.apply_pod_event("MODIFIED", copy.deepcopy(fake.pods["u-a"]))  # Placed: withdrawn
+    kube.apply_pod_event("MODIFIED", _bind_elsewhere(fake, "u-b", "n1", "2023-11-14T22:15:00Z"))
+    assert fake.next_patch() == ("b", "Placed")
+    kube.stop()
+    assert reads.count == 1 and fake.patched.empty()
+
+
+def test_a_re_read_is_withdrawn_when_the_pod_is_deleted(
+    patches: tuple[PatchLog, KubernetesState]
+) -> None:
+    """A bound pod deleted before its re-read is due is not read again."""
+    fake, kube = patches
+    kube.placed_check_s = 0.05
+    reads = _Reads(fake)
+    _postponed_elsewhere(fake, kube, "a", time.time())
+    bound = _bind_elsewhere(fake, "u-a", "n1", "2023-11-14T22:15:00Z")
+    _postponed_elsewhere(fake, kube, "b", time.time())
+    kube.apply_pod_event("MODIFIED", bound)
+    kube.apply_pod_event("DELETED", bound)
+    kube.apply_pod_event("MODIFIED", _bind_elsewhere(fake, "u-b", "n1", "2023-11-14T22:15:00Z"))
+    assert fake.next_patch() == ("b", "Placed")
+    kube.stop()
+    assert reads.count == 1
+
+
 @pytest.mark.parametrize("change", ["deleted", "replaced", "unreadable"])
 def test_a_bound_pod_that_cannot_be_read_again_is_left_alone(
     patches: tuple[PatchLog, KubernetesState], change: str
