@@ -57,7 +57,10 @@ is written into the pod as the extender writes it (the condition
 :data:`~scheduler_extender.pending.CONDITION_POSTPONED`, marked ``PostponementEnded`` at the
 bound, and turned ``False``, reason ``Placed``, once its claims are allocated and its gate
 removed), and an allocator that meets a pod carrying one — a new leader, a restart — continues
-that clock rather than grant a second full wait.
+that clock rather than grant a second full wait. A pod that leaves the pending-pod watch with
+the condition still ``True`` (its ``Placed`` write lost, a leader stopped before it, a gate
+removed by hand) is read again :attr:`Allocator.placed_check_s` later and, bound, marked
+``Placed`` (:meth:`Allocator.check_placed`).
 """
 
 from __future__ import annotations
@@ -89,7 +92,12 @@ from scheduler_extender.dra.claims import (
     taint_prevents,
 )
 from scheduler_extender.dra.state import DraState, claim_ref
-from scheduler_extender.kubernetes_state import ApiError, record_condition
+from scheduler_extender.kubernetes_state import (
+    PLACED_CHECK_S,
+    ApiError,
+    mark_placed_if_bound,
+    record_condition,
+)
 from scheduler_extender.pending import (
     may_postpone,
     monotonic_since,
@@ -127,6 +135,8 @@ class AllocatorAPI(Protocol):
                             finalizers: list[str]) -> dict[str, Any]: ...
 
     def release_pod(self, pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None: ...
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
     def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
                   kind: str = "Warning") -> None: ...
@@ -302,6 +312,11 @@ class Allocator:
         self._conditions = ThreadPoolExecutor(max_workers=1,
                                               thread_name_prefix="gputopo-dra-condition")
         self._recheck: dict[str, float] = {}       # pod key -> when its postponement ends
+        #: how long after a pod left the pending watch with its postponement condition
+        #: ``True`` it is read again (:meth:`check_placed`): the grace of this allocator's
+        #: own ``Placed`` write, s
+        self.placed_check_s = PLACED_CHECK_S
+        self._placed_checks: dict[str, tuple[float, str]] = {}  # uid -> (when, pod key)
         self._stop = threading.Event()
         self._writers = ThreadPoolExecutor(max_workers=writers,
                                            thread_name_prefix="gputopo-dra-write")
@@ -338,6 +353,11 @@ class Allocator:
             if kind == "DELETED" or bound_node_of(pod):
                 self._pods.pop(key, None)
                 uid = str(_meta(pod).get("uid") or "")
+                if postponed_at(pod) is not None and uid:
+                    # bound (the pending watch's DELETED carries the pod as it was before)
+                    # or deleted, its condition still saying it waits: read it again
+                    self._placed_checks.setdefault(
+                        uid, (self._monotonic() + self.placed_check_s, key))
                 self._tried.pop(uid, None)
                 self._released.discard(uid)
                 self._postponed.pop(uid, None)
@@ -459,6 +479,24 @@ class Allocator:
                     self._write_postponed(rec, since, ended=True)
             return due
 
+    def check_placed(self) -> list[str]:
+        """Queue, on the condition writer, the re-read of every pod whose check is due: a pod
+        that left the pending watch (bound, or deleted) with its postponement condition still
+        ``True`` :attr:`placed_check_s` ago is read and, if it is bound and the condition
+        still says so, marked ``Placed`` (:func:`mark_placed_if_bound`) — a pod whose gate
+        was removed without this allocator's ``Placed`` write: a release whose outcome it
+        could not learn, a leader that stopped in between, a gate removed by hand. The loop
+        calls it with :meth:`recheck_postponed`; returns the keys read."""
+        now = self._monotonic()
+        with self._lock:
+            due = [(uid, k) for uid, (t, k) in self._placed_checks.items() if t <= now]
+            for uid, key in due:
+                del self._placed_checks[uid]
+                ns, name = key.split("/", 1)
+                self._conditions.submit(mark_placed_if_bound, self.api, ns, name, uid,
+                                        now=self._wall)
+            return [k for _, k in due]
+
     def pending(self) -> dict[str, str]:
         """Pods waiting for GPUs → why (snapshot)."""
         with self._lock:
@@ -469,9 +507,11 @@ class Allocator:
         while not self._stop.is_set():
             with self._lock:
                 self.recheck_postponed()
+                self.check_placed()
                 while not self._queue and not self._stop.is_set():
                     self._wake.wait(1.0)
                     self.recheck_postponed()
+                    self.check_placed()
                 if self._stop.is_set():
                     return
                 key, _ = self._queue.popitem(last=False)

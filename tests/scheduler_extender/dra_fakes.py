@@ -147,6 +147,24 @@ class FakeAPI:
         assert self.allocator is not None
         self.allocator.on_pod("MODIFIED", copy.deepcopy(doc))
 
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.writes.append(("get", f"{namespace}/{name}"))
+        live = self.pods.get(f"{namespace}/{name}")
+        return copy.deepcopy(live) if live is not None else None
+
+    def bind(self, key: str, node: str, at: str) -> None:
+        """kube-scheduler binds pod ``key`` to ``node`` at ``at`` (RFC 3339: ``nodeName`` and
+        ``PodScheduled``); the pending-pod watch (a field selector on ``spec.nodeName``)
+        delivers DELETED carrying the pod as it was before (the watch cache's rule)."""
+        live = self.pods[key]
+        before = copy.deepcopy(live)
+        live["spec"]["nodeName"] = node
+        live.setdefault("status", {}).setdefault("conditions", []).append(
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": at})
+        self._bump(live)
+        assert self.allocator is not None
+        self.allocator.on_pod("DELETED", before)
+
     def pod_event(self, pod: Mapping[str, Any], reason: str, message: str,
                   kind: str = "Warning") -> None:
         self.events.append((pod["metadata"]["name"], reason, message))

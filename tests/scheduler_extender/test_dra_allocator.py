@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from scheduler_extender.dra.claims import DELETE_PROTECTION, SCHEDULING_GATE, ClaimAsk
 from scheduler_extender.dra.state import DraState
-from scheduler_extender.pending import may_postpone, postponed_at
+from scheduler_extender.kubernetes_state import ApiError
+from scheduler_extender.pending import CONDITION_POSTPONED, may_postpone, postponed_at
 from tests.scheduler_extender.dra_fakes import (
     claim_obj,
     cluster,
@@ -481,7 +482,6 @@ def test_device_taint_rules_taint_the_devices_they_select() -> None:
 
 def test_an_api_server_without_device_taint_rules_is_not_an_error() -> None:
     from scheduler_extender.dra.service import Feeds
-    from scheduler_extender.kubernetes_state import ApiError
 
     alloc, _api = cluster({"n0": "dgx1-v100"})
 
@@ -640,6 +640,91 @@ def test_a_pod_the_watch_sees_bound_before_its_release_returns_is_still_placed()
     alloc.stop()  # every write done
     cond = api.pods["ns/three"]["status"]["conditions"][0]
     assert (cond["status"], cond["reason"]) == ("False", "Placed")
+
+
+def _placed_lost(now: list[float], wall: list[float]) -> tuple[Any, Any]:
+    """Issue 24's postponed 3-GPU ring allocated at its bound, its ``Placed`` write lost
+    (the API refused it): the condition still says ``True``, the gate is gone."""
+    alloc, api = _three_postponed(now, wall)
+    patch = api.patch_pod_conditions
+
+    def refuse_placed(namespace: str, name: str, uid: str,
+                      conditions: list[dict[str, str]]) -> None:
+        if conditions[0]["reason"] == "Placed":
+            raise ApiError("503 Service Unavailable", 503)
+        patch(namespace, name, uid, conditions)
+
+    api.patch_pod_conditions = refuse_placed
+    now[0], wall[0] = now[0] + 300.0, wall[0] + 300.0
+    assert alloc.recheck_postponed() == ["ns/three"]
+    drain(alloc)
+    assert sorted(_indices(api.claims["ns/three"])) == [1, 5, 6]
+    assert postponed_at(api.pods["ns/three"]) is not None  # still says it waits
+    api.patch_pod_conditions = patch
+    return alloc, api
+
+
+def test_a_pod_bound_with_its_condition_still_true_is_marked_placed_after_the_grace() -> None:
+    """The pod's ``Placed`` write was lost (or a leader stopped before it, or the gate was
+    removed by hand): when kube-scheduler binds it, the pending watch's DELETED still shows
+    the condition ``True``; :attr:`placed_check_s` later the allocator reads the pod and marks
+    it ``Placed`` as of its ``PodScheduled`` time — once, not before the grace."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _placed_lost(now, wall)
+    api.bind("ns/three", "n0", "2026-01-01T00:05:03Z")
+    assert "ns/three" not in alloc.pending()
+    now[0] += alloc.placed_check_s - 0.5
+    assert alloc.check_placed() == []
+    now[0] += 0.5
+    assert alloc.check_placed() == ["ns/three"]
+    assert alloc.check_placed() == []  # once
+    alloc.stop()  # every write done
+    cond = {c["type"]: c for c in api.pods["ns/three"]["status"]["conditions"]}
+    placed = cond[CONDITION_POSTPONED]
+    assert (placed["status"], placed["reason"]) == ("False", "Placed")
+    assert placed["lastTransitionTime"] == "2026-01-01T00:05:03Z"
+    assert placed["message"] == ("gputopo postponed this pod for a better GPU set from "
+                                 "2026-01-01T00:00:00Z for 303 s; it was then placed on node n0")
+    assert api.writes.count(("get", "ns/three")) == 1
+
+
+@pytest.mark.parametrize("then", ["deleted", "replaced", "placed meanwhile"])
+def test_a_pod_that_left_with_its_condition_true_is_left_alone_when_the_read_says_so(
+        then: str) -> None:
+    """The re-read finds the pod deleted (it left the pending watch for that), another pod
+    under its name, or already ``Placed`` (this allocator's own write landed after the
+    watch's copy): nothing is written."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _placed_lost(now, wall)
+    if then == "deleted":
+        api.delete_pod("ns/three")
+    else:
+        api.bind("ns/three", "n0", "2026-01-01T00:05:03Z")
+        live = api.pods["ns/three"]
+        if then == "replaced":
+            live["metadata"]["uid"] = "another"
+        else:
+            live["status"]["conditions"][0].update(status="False", reason="Placed")
+    before = copy.deepcopy(api.pods.get("ns/three"))
+    now[0] += alloc.placed_check_s
+    assert alloc.check_placed() == ["ns/three"]
+    alloc.stop()
+    assert api.pods.get("ns/three") == before
+    assert api.writes[-1] == ("get", "ns/three")
+
+
+def test_a_pod_placed_here_is_not_read_again() -> None:
+    """The usual path: the allocator's ``Placed`` write lands before kube-scheduler binds the
+    pod, so the watch's last copy shows ``False``: no re-read."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _three_postponed(now, wall)
+    now[0], wall[0] = now[0] + 300.0, wall[0] + 300.0
+    assert alloc.recheck_postponed() == ["ns/three"]
+    drain(alloc)
+    api.bind("ns/three", "n0", "2026-01-01T00:05:03Z")
+    now[0] += alloc.placed_check_s
+    assert alloc.check_placed() == []
+    assert ("get", "ns/three") not in api.writes
 
 
 def test_the_bounds_ended_condition_never_lands_after_placed() -> None:
