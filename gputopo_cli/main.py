@@ -8,13 +8,66 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
-from typing import TypeVar, cast
+import sys
+from collections.abc import Sequence
+from typing import Any, TypeVar, cast
 
 import typer
+from typer.core import TyperGroup
+
+from gputopo_cli.common import EXIT_BAD_INPUT
 
 _T = TypeVar("_T")
 
+
+def _library_error(name: str) -> type[Exception]:
+    """The CLI library's exception class ``name`` (``UsageError``, ``ClickException``),
+    reached through the public :class:`typer.BadParameter`: typer ships its own copy of
+    click, whose exceptions are not the installed click's."""
+    for cls in typer.BadParameter.__mro__:
+        if cls.__name__ == name:
+            return cast("type[Exception]", cls)
+    raise ImportError(f"typer.BadParameter derives from no {name}")
+
+
+_USAGE_ERROR = _library_error("UsageError")
+_CLI_ERROR = _library_error("ClickException")
+
+
+class OneLineErrors(TyperGroup):
+    """The root command: a usage error the CLI library detects (an unknown option, a value
+    of the wrong type, a missing required option) is reported as every other bad input is,
+    ``gputopo <command>: error: <message>`` on one line of stderr, exit code 2 — not the
+    library's usage block and boxed panel. Help (``--help``, no arguments) is unchanged."""
+
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args,
+                                **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args,
+                                **extra)
+        except typer.Abort:
+            print("Aborted!", file=sys.stderr)
+            sys.exit(1)
+        except _CLI_ERROR as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # help: the library prints it
+                return super().main(args, prog_name, complete_var, True,
+                                    windows_expand_args, **extra)
+            ctx = getattr(exc, "ctx", None)
+            where = getattr(ctx, "command_path", None) or "gputopo"
+            message = " ".join(exc.format_message().split())  # type: ignore[attr-defined]
+            print(f"{where}: error: {message} (see {where} --help)", file=sys.stderr)
+            sys.exit(EXIT_BAD_INPUT if isinstance(exc, _USAGE_ERROR)
+                     else getattr(exc, "exit_code", 1))
+        # outside standalone mode the library returns an Exit's code, or a command's value
+        sys.exit(code if isinstance(code, int) else 0)
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="gputopo",
     help="Topology-aware GPU scheduling for Kubernetes: placement policies, scheduler "
     "extender, device plugin, job planner, simulator.",

@@ -85,6 +85,40 @@ def test_bad_input_exits_2_with_one_line(args: list[str], message: str) -> None:
     assert len(lines) == 1 and message in lines[0], r.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["place", "-t", "dgx1-v100", "-n", ""],
+         "gputopo place: error: Invalid value for '--gpus' / '-n': "),
+        (["place"], "gputopo place: error: Missing option '--topology' / '-t'."),
+        (["place", "-t", "dgx1-v100", "--bogus"], "gputopo place: error: No such option: --bogus"),
+        (["plac"], "gputopo: error: No such command 'plac'."),
+        (["topology", "show"], "gputopo topology show: error: Missing argument"),
+        (["place", "-t", "dgx1-v100", "--memory-mib", "-5"],
+         "gputopo place: error: Invalid value for '--memory-mib'"),
+    ],
+)
+def test_a_usage_error_the_cli_library_finds_is_one_line_and_exit_2(
+        args: list[str], line: str) -> None:
+    """Bad arguments the CLI library rejects before gputopo sees them (an unknown command or
+    option, a value of the wrong type, a missing option) read as gputopo's own errors: one
+    line on stderr naming the command and where its help is, exit code 2, nothing on
+    stdout."""
+    r = run(*args)
+    assert r.exit_code == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(line), r.stderr
+    assert lines[0].endswith(f"(see {line.split(':')[0]} --help)")
+    assert r.stdout == ""
+
+
+def test_help_is_still_the_librarys() -> None:
+    r = run("place", "--help")
+    assert r.exit_code == 0 and "Usage: gputopo place" in r.stdout and r.stderr == ""
+    r = run()  # no command: the help, and exit 2 as before
+    assert r.exit_code == 2 and "Commands" in r.stdout
+
+
 def test_not_an_nvidia_smi_file_exits_2(tmp_path: Path) -> None:
     f = tmp_path / "garbage.txt"
     f.write_text("hello\nthis is not a topology\n")

@@ -1,0 +1,87 @@
+"""``gputopo place`` with generated input: whatever the arguments and whatever a topology
+file holds, it exits 0 (placed), 1 (cannot fit, with the reason) or 2 with one line on
+stderr — never a traceback. (The hand-picked cases and their messages are in
+``test_place_cli.py``.)"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from gputopo_cli.main import app
+from topology import catalog, serialization
+
+runner = CliRunner()
+
+#: Argument values a user might type, and some no one would.
+WORDS = st.sampled_from([
+    "", "0", "1", "2", "3", "5", "8", "9", "-1", "0.3", "1.5", "1e3", "nan", "inf", "0,4",
+    "0:0.5,1:0.7", "0:1.5", "0:-1", "7,7", "0-1,1-2", "ring", "tree", "pair", "all-to-all",
+    "gputopo", "mapa-preserve", "baseline", "colocate", "json", "table", "x", ",", ":",
+]) | st.text(max_size=10)
+OPTIONS = ("-n", "--used", "--pattern", "--policy", "-o", "--memory-mib")
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=6,
+)
+
+
+def _exit_cleanly(r: Any) -> None:
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code in (0, 1, 2), (r.exit_code, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    if r.exit_code == 2:
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0], r.stderr
+
+
+@settings(max_examples=150, deadline=None)
+@given(opts=st.lists(st.tuples(st.sampled_from(OPTIONS), WORDS), max_size=4))
+def test_any_arguments_exit_0_1_or_2_with_one_line(opts: list[tuple[str, str]]) -> None:
+    args = ["place", "-t", "dgx1-v100"]
+    for flag, value in opts:
+        args += [flag, value]
+    _exit_cleanly(runner.invoke(app, args))
+
+
+def _paths(doc: Any, at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    items: Any = doc.items() if isinstance(doc, dict) else (
+        enumerate(doc) if isinstance(doc, list) else ())
+    for k, v in items:
+        out.append((*at, k))
+        out += _paths(v, (*at, k))
+    return out
+
+
+DGX = json.loads(serialization.dumps(catalog.get("dgx1-v100")))
+PATHS = _paths(DGX)
+
+
+@settings(max_examples=150, deadline=None)
+@given(path=st.sampled_from(PATHS), value=JSON, remove=st.booleans())
+def test_a_damaged_topology_file_is_placed_on_or_refused_in_one_line(
+        path: tuple[Any, ...], value: Any, remove: bool) -> None:
+    """The DGX-1 V100's own topology document with one part replaced or removed."""
+    doc = json.loads(json.dumps(DGX))
+    parent = doc
+    for k in path[:-1]:
+        parent = parent[k]
+    if remove:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "topo.json"
+        f.write_text(json.dumps(doc))
+        _exit_cleanly(runner.invoke(app, ["place", "-t", str(f), "-n", "2"]))
