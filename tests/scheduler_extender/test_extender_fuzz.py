@@ -7,8 +7,6 @@ reason — never a 5xx or a traceback — and the extender keeps serving with it
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler_extender.state import MemoryState
+from tests.damage import damaged
 from tests.scheduler_extender.helpers import (
     bind_args,
     fixture_state,
@@ -48,13 +47,6 @@ REQUESTS = {
     "bind": ("bind-request.json",),
 }
 
-JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**70, 2**70)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
-                                                                max_size=3),
-    max_leaves=6,
-)
 #: Strings a user might put in an annotation or a quantity, and some no one would.
 WORDS = st.sampled_from([
     "", "0", "1", "-1", "2", "3", "8", "9", "256", "1e9", "0.5", "500m", "1Gi", "true",
@@ -68,41 +60,11 @@ RESOURCES = ("nvidia.com/gpu", "gputopo.io/vgpu-core", "gputopo.io/vgpu-memory",
              "gputopo.io/gpu-shared")
 
 
-def _paths(doc: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    """Every path into ``doc`` (keys and list indices), the root's children first."""
-    if isinstance(doc, dict):
-        items: Any = doc.items()
-    elif isinstance(doc, list):
-        items = enumerate(doc)
-    else:
-        return
-    for k, v in items:
-        yield (*at, k)
-        yield from _paths(v, (*at, k))
-
-
-def _replace(doc: Any, path: tuple[Any, ...], value: Any, *, remove: bool) -> Any:
-    out = copy.deepcopy(doc)
-    parent = out
-    for k in path[:-1]:
-        parent = parent[k]
-    if remove:
-        del parent[path[-1]]
-    else:
-        parent[path[-1]] = value
-    return out
-
-
 @st.composite
-def damaged(draw: st.DrawFn, verb: str) -> Any:
+def damaged_request(draw: st.DrawFn, verb: str) -> Any:
     """A captured request of ``verb`` with one part replaced by any JSON value or removed
     (the whole body, now and then)."""
-    body = load_fixture(draw(st.sampled_from(REQUESTS[verb])))
-    paths = list(_paths(body))
-    if draw(st.integers(0, 19)) == 0:
-        return draw(JSON)
-    path = draw(st.sampled_from(paths))
-    return _replace(body, path, draw(JSON), remove=draw(st.booleans()))
+    return draw(damaged(load_fixture(draw(st.sampled_from(REQUESTS[verb])))))
 
 
 @st.composite
@@ -165,13 +127,13 @@ FUZZ = settings(max_examples=100, deadline=None,
 def test_a_damaged_request_gets_a_reply_or_a_4xx(
         served: tuple[TestClient, MemoryState], verb: str, data: st.DataObject) -> None:
     client, state = served
-    body = data.draw(damaged(verb))
+    body = data.draw(damaged_request(verb))
     _check_reply(verb, client.post(f"/{verb}", json=body))
     _state_intact(client, state)
 
 
 @FUZZ
-@given(body=damaged("bind"))
+@given(body=damaged_request("bind"))
 def test_a_damaged_bind_gets_a_reply_or_a_4xx_and_binds_nothing_it_should_not(
         body: Any) -> None:
     """The captured Binding names a pod the extender never filtered: with any part damaged
@@ -216,13 +178,7 @@ def test_a_damaged_preempt_request_gets_a_reply_or_a_4xx(data: st.DataObject) ->
     suffix = data.draw(st.sampled_from(PREEMPT_MODES))
     state = scene_state(load(f"scene-pods{suffix}.json"))
     before = sorted((a.pod.uid, a.node, a.gpus) for a in state.allocations())
-    body = load(f"preempt-request{suffix}.json")
-    paths = list(_paths(body))
-    if data.draw(st.integers(0, 19)) == 0:
-        body = data.draw(JSON)
-    else:
-        body = _replace(body, data.draw(st.sampled_from(paths)), data.draw(JSON),
-                        remove=data.draw(st.booleans()))
+    body = data.draw(damaged(load(f"preempt-request{suffix}.json")))
     r = make_client(state).post("/preempt", json=body)
     assert r.status_code < 500, (r.status_code, r.text[:300])
     reply = r.json()

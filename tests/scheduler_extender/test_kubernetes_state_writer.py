@@ -181,6 +181,20 @@ def _bind_elsewhere(fake: PatchLog, uid: str, node: str, at: str) -> dict[str, A
     return copy.deepcopy(pod)
 
 
+def _bound_here(fake: PatchLog, kube: KubernetesState, name: str) -> dict[str, Any]:
+    """Pod ``name`` postponed and then bound by this extender (its ``Placed`` written);
+    returns the watch's copy taken at the Binding, before that write: still ``True``."""
+    uid = f"u-{name}"
+    kube.apply_pod_event("ADDED", waiting_pod(fake, name, uid))
+    kube.pending.postponed(uid)
+    assert fake.next_patch() == (name, "WaitingForBetterGPUs")
+    seen: list[dict[str, Any]] = []
+    fake.after_binding = lambda: seen.append(copy.deepcopy(fake.pods[uid]))
+    kube.bind(PodRef("default", name, uid), "n1", decision_on((4, 5)))
+    assert fake.next_patch() == (name, "Placed")
+    return seen[0]
+
+
 def test_a_postponed_pod_bound_without_our_write_is_marked_placed_once(
     patches: tuple[PatchLog, KubernetesState]
 ) -> None:
@@ -220,14 +234,8 @@ def test_a_postponed_pod_bound_here_is_read_again_but_not_written_twice(
     fake, kube = patches
     kube.placed_check_s = 0.05
     reads = _Reads(fake)
-    kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
-    kube.pending.postponed("u-a")
-    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
-    seen: list[dict[str, Any]] = []
-    fake.after_binding = lambda: seen.append(copy.deepcopy(fake.pods["u-a"]))
-    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
-    assert fake.next_patch() == ("a", "Placed")
-    kube.apply_pod_event("MODIFIED", seen[0])
+    seen = _bound_here(fake, kube, "a")
+    kube.apply_pod_event("MODIFIED", seen)
     assert reads.done.wait(10)
     kube.stop()
     assert reads.count == 1 and fake.patched.empty()
@@ -243,15 +251,9 @@ def test_a_re_read_is_withdrawn_when_the_watch_shows_the_pod_placed(
     fake, kube = patches
     kube.placed_check_s = 0.05
     reads = _Reads(fake)
-    kube.apply_pod_event("ADDED", waiting_pod(fake, "a", "u-a"))
-    kube.pending.postponed("u-a")
-    assert fake.next_patch() == ("a", "WaitingForBetterGPUs")
-    seen: list[dict[str, Any]] = []
-    fake.after_binding = lambda: seen.append(copy.deepcopy(fake.pods["u-a"]))
-    kube.bind(PodRef("default", "a", "u-a"), "n1", decision_on((4, 5)))
-    assert fake.next_patch() == ("a", "Placed")
+    seen = _bound_here(fake, kube, "a")
     _postponed_elsewhere(fake, kube, "b", time.time())
-    kube.apply_pod_event("MODIFIED", seen[0])  # bound, still True: a re-read is queued
+    kube.apply_pod_event("MODIFIED", seen)  # bound, still True: a re-read is queued
     kube.apply_pod_event("MODIFIED", copy.deepcopy(fake.pods["u-a"]))  # Placed: withdrawn
     kube.apply_pod_event("MODIFIED", _bind_elsewhere(fake, "u-b", "n1", "2023-11-14T22:15:00Z"))
     assert fake.next_patch() == ("b", "Placed")
