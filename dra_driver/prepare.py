@@ -137,6 +137,17 @@ def _base_request(request: str) -> str:
     return request.split("/", 1)[0]
 
 
+def _allocation_results(claim: Mapping[str, Any]) -> object:
+    """A claim's ``status.allocation.devices.results`` ([] where a level is absent or not
+    an object: nothing allocated)."""
+    node: object = claim
+    for key in ("status", "allocation", "devices", "results"):
+        if not isinstance(node, Mapping):
+            return []
+        node = node.get(key)
+    return [] if node is None else node
+
+
 class Preparer:
     """Prepares and unprepares claims on one node (module docstring).
 
@@ -230,9 +241,10 @@ class Preparer:
             if found_uid != uid:
                 return PrepareResult(error=f"ResourceClaim {key} has UID {found_uid or '(none)'}, "
                                            f"not {uid}: it was replaced")
-            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices")
-                       or {}).get("results") or []
+            results = _allocation_results(claim)
             try:
+                if not isinstance(results, list):
+                    raise DRAContractError("status.allocation.devices.results is not a list")
                 alloc = claim_allocation(results, pool=self.node)
             except DRAContractError as exc:
                 return PrepareResult(error=f"ResourceClaim {key}: {exc}")

@@ -660,12 +660,14 @@ def claim_allocation(
             wrong node).
 
     Raises:
-        DRAContractError: a device name, capacity or pool that is not ours or not allowed, a
-            GPU listed twice, or views mixed.
+        DRAContractError: a result that is not an object, a device name, capacity or pool
+            that is not ours or not allowed, a GPU listed twice, or views mixed.
     """
     grants: list[GpuGrant] = []
     pools: set[str] = set()
     for r in results:
+        if not isinstance(r, Mapping):
+            raise DRAContractError(f"an allocation result is {type(r).__name__}, not an object")
         if r.get("driver") != DRIVER:
             continue
         p = str(r.get("pool", ""))
