@@ -165,7 +165,9 @@ def gpu_of(spec: ResourceSpec, device: str) -> str:
         return device
     uuid, sep, rest = device.partition(SEP)
     tag = f"{spec.tag}-"
-    if not sep or not uuid or not rest.startswith(tag) or not rest[len(tag) :].isdigit():
+    number = rest[len(tag) :]
+    if not sep or not uuid or not rest.startswith(tag) or not number.isascii() \
+            or not number.isdigit():
         raise DeviceIDError(
             f"{device!r} is not a {spec.name} device ID ({uuid or 'GPU'}{SEP}{tag}<n>)"
         )

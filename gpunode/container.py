@@ -42,6 +42,7 @@ from pathlib import Path
 
 from topology.contract import Assignment
 from topology.model import Topology, format_cpu_list
+from topology.text import decimal_int
 
 CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 
@@ -196,7 +197,8 @@ def minor_numbers(topology: Topology, proc: Path | None) -> dict[int, int]:
             continue
         for line in text.splitlines():
             key, _, value = line.partition(":")
-            if key.strip() == "Device Minor" and value.strip().isdigit():
-                out[g.index] = int(value.strip())
+            minor = decimal_int(value)
+            if key.strip() == "Device Minor" and minor is not None:
+                out[g.index] = minor
                 break
     return out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Annotated
 
@@ -222,6 +223,8 @@ def register(app: typer.Typer) -> None:
                                    "--iteration-ms describe a co-located job: add --shared")
             elif gpus is None:
                 raise RequestError("--gpus is required (or --shared)")
+            elif not math.isfinite(gpus):
+                raise RequestError(f"--gpus must be a number of GPUs, got {gpus:g}")
             elif gpus <= 0:
                 raise RequestError(f"--gpus must be positive, got {gpus:g}")
             elif gpus < 1:

@@ -103,6 +103,7 @@ from topology.policies.base import NodeState, Request, RequestError
 from topology.policies.default import POSTPONE_MAX_S
 from topology.policies.evaluate import Evaluator
 from topology.serialization import loads as load_topology
+from topology.text import decimal_int
 
 #: The choosers the planner can admit gangs with (``PlannerSettings.gang_chooser``).
 CHOOSERS = {"gputopo": choose, "kueue-tas": choose_kueue}
@@ -355,8 +356,9 @@ def promised_gpus(gangs: Iterable[ManagedGang], pods: Sequence[Mapping[str, Any]
             continue
         bound_jobs.add(uid)
         index = (_meta(pod).get("annotations") or {}).get(ANN_COMPLETION_INDEX)
-        if index is not None and str(index).isdigit():
-            bound.setdefault(uid, set()).add(int(index))
+        i = decimal_int(str(index)) if index is not None else None
+        if i is not None:
+            bound.setdefault(uid, set()).add(i)
     out: dict[str, int] = {}
     for g in gangs:
         if not g.running:

@@ -95,6 +95,7 @@ from topology.policies.registry import get_policy
 from topology.policies.robust import WaitingHomes
 from topology.policies.scoring import NodeScore, ScoreScale, node_score, score_scale
 from topology.serialization import dumps
+from topology.text import decimal_int
 
 log = logging.getLogger("gputopo.extender")
 
@@ -246,9 +247,10 @@ def memory_unit_refusal(published: str | None, own_mib: int) -> Outcome | None:
     if published is None:
         return None
     text = published.strip()
-    if text.isdigit() and int(text) == own_mib:
+    unit = decimal_int(text)
+    if unit == own_mib:
         return None
-    what = f"{text}-MiB units" if text.isdigit() else f"an invalid unit {published!r}"
+    what = f"{text}-MiB units" if unit is not None else f"an invalid unit {published!r}"
     return Outcome(
         None,
         f"node counts {RESOURCE_VGPU_MEMORY} in {what} ({ANN_VGPU_MEMORY_UNIT}) but this "

@@ -80,6 +80,7 @@ from topology.numa_alignment import (
     kubelet_config_from_labels,
 )
 from topology.policies.base import Decision
+from topology.text import decimal_int
 
 #: Binds sent at once by default (``ExtenderSettings.bind_concurrency``): the bind threads and
 #: the keep-alive connections kept for them.
@@ -247,8 +248,8 @@ def _slots(text: object) -> int:
     the default (3) when absent, 0 (no slot) when not a non-negative integer."""
     if text is None:
         return DEFAULT_SLOTS
-    value = str(text).strip()
-    return int(value) if value.isdigit() else 0
+    value = decimal_int(str(text))
+    return 0 if value is None else value
 
 
 def _unhealthy(node: str, text: object) -> frozenset[int]:

@@ -41,6 +41,7 @@ from topology.policies.base import (
     add_resident,
 )
 from topology.serialization import loads
+from topology.text import decimal_int
 
 #: ``NodeState.key()``: ints for whole/vGPU holdings, resident records for shared GPUs.
 StateKey = tuple[tuple[Any, ...], ...]
@@ -567,16 +568,17 @@ def parse_nodes_spec(spec: str) -> list[tuple[str, Topology]]:
         machine, _, count_text = part.partition(":")
         machine = machine.strip().lower()
         count_text = count_text.strip() or "1"
-        if not count_text.isdigit() or int(count_text) < 1:
+        count = decimal_int(count_text)
+        if count is None or count < 1:
             raise NodesSpecError(f"bad node count in {part!r}; expected CATALOG:COUNT, COUNT >= 1")
         try:
             topo = catalog.get(machine)
         except catalog.UnknownMachine as exc:
             raise NodesSpecError(str(exc)) from None
         start = seen.get(machine, 0)
-        for i in range(start, start + int(count_text)):
+        for i in range(start, start + count):
             out.append((f"{machine}-{i}", topo))
-        seen[machine] = start + int(count_text)
+        seen[machine] = start + count
     return out
 
 

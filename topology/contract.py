@@ -38,6 +38,7 @@ from topology.policies.base import (
     add_grant,
     add_resident,
 )
+from topology.text import decimal_int
 
 # --- resources --------------------------------------------------------------------------
 RESOURCE_GPU = "nvidia.com/gpu"  # whole GPUs
@@ -365,9 +366,10 @@ def parse_gpu_indices(text: str) -> frozenset[int]:
         item = item.strip()
         if not item:
             continue
-        if not item.isdigit():
+        index = decimal_int(item)
+        if index is None:
             raise AssignmentError(f"{item!r} is not a GPU index")
-        out.add(int(item))
+        out.add(index)
     return frozenset(out)
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from topology.text import decimal_int
+
 BUILTIN_PATTERNS = ("ring", "tree", "all-to-all", "pair")
 
 
@@ -113,13 +115,13 @@ def parse_pattern(text: str, count: int) -> Pattern:
     edges: set[tuple[int, int]] = set()
     for part in t.split(","):
         part = part.strip()
-        bits = part.split("-")
-        if len(bits) != 2 or not all(b.strip().isdigit() for b in bits):
+        ends = [decimal_int(b) for b in part.split("-")]
+        if len(ends) != 2 or ends[0] is None or ends[1] is None:
             raise PatternError(
                 f"bad pattern {text!r}: expected one of {', '.join(BUILTIN_PATTERNS)} "
                 f"or an edge list like 0-1,1-2"
             )
-        a, b = int(bits[0]), int(bits[1])
+        a, b = ends[0], ends[1]
         if a == b:
             raise PatternError(f"bad pattern {text!r}: self-loop {a}-{b}")
         if max(a, b) >= count:

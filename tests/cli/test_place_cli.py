@@ -74,6 +74,8 @@ def test_cannot_fit_exits_1_with_reason() -> None:
         (["-t", "dgx1-v100", "-n", "2", "--used", "9"], "GPUs 0..7"),
         (["-t", "dgx1-v100", "-n", "2", "--used", "x"], "bad --used"),
         (["-t", "dgx1-v100", "-n", "2.5"], "integer or a fraction"),
+        (["-t", "dgx1-v100", "-n", "inf"], "must be a number of GPUs, got inf"),
+        (["-t", "dgx1-v100", "-n", "nan"], "must be a number of GPUs, got nan"),
         (["-t", "dgx1-v100", "-n", "2", "--policy", "fastest"], "unknown policy"),
         (["-t", "dgx1-v100", "-n", "2", "-o", "xml"], "--output"),
     ],
