@@ -25,6 +25,7 @@ WORDS = st.sampled_from([
     "", "0", "1", "2", "3", "5", "8", "9", "-1", "0.3", "1.5", "1e3", "nan", "inf", "0,4",
     "0:0.5,1:0.7", "0:1.5", "0:-1", "7,7", "0-1,1-2", "ring", "tree", "pair", "all-to-all",
     "gputopo", "mapa-preserve", "baseline", "colocate", "json", "table", "x", ",", ":",
+    "0-\u00b2", "\u00b2", "\u0661",
 ]) | st.text(max_size=10)
 OPTIONS = ("-n", "--used", "--pattern", "--policy", "-o", "--memory-mib")
 

@@ -37,7 +37,7 @@ WORDS = st.sampled_from([
     "", "0", "1", "-1", "2", "8", "9", "1e9", "0.5", "nan", "inf", "true", "false", "ring",
     "rack", "block", "node", "2026-01-01T00:00:00Z", "2026-01-01", "yesterday", "convnet",
     "lstm-big", "nope", "{}", "[]", '{"v100:1": 60}', '{"v100:1": -1}', '{"0": "r0-n0"}',
-    '{"0": 5}', "null", " ", "\u00e9",
+    '{"0": 5}', "null", " ", "\u00e9", "\u00b2", "0=\u00b2",
 ]) | st.text(max_size=16)
 JOB_ANNOTATIONS = (ANN_DUE_DATE, ANN_TARDINESS_WEIGHT, ANN_EPOCHS, ANN_EPOCHS_DONE,
                    ANN_JOB_PROFILE, ANN_EPOCH_TIME, ANN_PLAN, ANN_PRIORITY)

@@ -102,6 +102,7 @@ def test_unknown_verb_and_wrong_method(
 @pytest.mark.parametrize(("annotations", "resources", "needle"), [
     ({"gputopo.io/pattern": "hexagon"}, None, "bad pattern"),
     ({"gputopo.io/pattern": "0-1,1-5"}, None, "names GPU 5"),
+    ({"gputopo.io/pattern": "0-\u00b2"}, None, "bad pattern"),  # "²": isdigit, not int
     ({"gputopo.io/bandwidth-sensitive": "yes"}, None, "must be \"true\" or \"false\""),
     ({"gputopo.io/policy": "fastest"}, None, "unknown policy 'fastest'"),
     ({}, {"limits": {"nvidia.com/gpu": "500Mi"}}, "no node has more than 256"),

@@ -51,7 +51,7 @@ REQUESTS = {
 WORDS = st.sampled_from([
     "", "0", "1", "-1", "2", "3", "8", "9", "256", "1e9", "0.5", "500m", "1Gi", "true",
     "false", "ring", "all-to-all", "0-1,1-2", "0-9", "gputopo", "mapa", "nope", "null",
-    "{}", "[]", '{"job": "a"}', "\u00e9", " ", "ring\n",
+    "{}", "[]", '{"job": "a"}', "\u00e9", " ", "ring\n", "0-\u00b2", "\u00b2", "\u0661",
 ]) | st.text(max_size=16)
 ANNOTATIONS = (ANN_PATTERN, ANN_BW_SENSITIVE, ANN_POLICY, ANN_MIN_UTILITY, ANN_KERNEL_OCCUPANCY,
                ANN_PROFILE, ANN_COLOCATION, ANN_PLANNED_NODE, ANN_PRIORITY, ANN_NETWORK,

@@ -33,6 +33,7 @@ WORDS = st.sampled_from([
     "", "0", "1", "-1", "3", "8", "n0", "n1", "n9", "0,1", "1,1", "0,9", "Running",
     "Pending", "Succeeded", "True", "False", "ring", "{}", "[]", "null",
     "2026-01-01T00:00:00Z", "yesterday", dumps(DGX), dumps(DGX)[:40], " ", "\u00e9",
+    "\u00b2", "0,\u00b2", "\u0661",
 ]) | st.text(max_size=12)
 POD_KEYS = (ANN_NODE, ANN_GPU_INDICES, ANN_GPU_UUIDS, ANN_PATTERN, ANN_BW_SENSITIVE)
 NODE_KEYS = (ANN_TOPOLOGY, ANN_UNHEALTHY_GPUS, ANN_VGPU_MEMORY_UNIT,
