@@ -36,6 +36,7 @@ from topology.numa_alignment import (
     KubeletConfig,
     KubeletConfigError,
 )
+from topology.text import read_utf8
 
 #: The ``topologyManagerPolicyOptions`` key gputopo reads.
 PREFER_CLOSEST = "prefer-closest-numa-nodes"
@@ -55,7 +56,7 @@ def read_kubelet_config_file(path: Path) -> dict[str, Any]:
             ``kind``.
     """
     try:
-        text = path.read_text()
+        text = read_utf8(path)
     except OSError as exc:
         raise KubeletConfigFileError(
             f"cannot read the kubelet config file {path}: {exc.strerror or exc}") from None

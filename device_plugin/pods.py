@@ -23,6 +23,8 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Protocol
 
+from topology.text import read_utf8
+
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -266,7 +268,7 @@ class FilePodSource:
 
     def _read_json(self, path: Path, default: Any) -> Any:
         try:
-            text = path.read_text()
+            text = read_utf8(path)
         except FileNotFoundError:
             return default
         except OSError as exc:

@@ -45,6 +45,7 @@ from topology.dra import (
     remove_allocation,
 )
 from topology.model import Topology
+from topology.text import read_utf8
 
 log = logging.getLogger(__name__)
 
@@ -101,12 +102,16 @@ class FileClaimSource:
 
     def get(self, namespace: str, name: str) -> Mapping[str, Any]:
         try:
-            doc = json.loads(self.path.read_text())
+            doc = json.loads(read_utf8(self.path))
         except (OSError, json.JSONDecodeError) as exc:
             raise ClaimSourceError(f"reading claims file {self.path}: {exc}") from None
         items = doc.get("items", []) if isinstance(doc, dict) else doc
+        if not isinstance(items, list):
+            raise ClaimSourceError(f"claims file {self.path}: not a list of ResourceClaims")
         for c in items:
-            meta = c.get("metadata", {})
+            meta = c.get("metadata") if isinstance(c, Mapping) else None
+            if not isinstance(meta, Mapping):
+                continue
             if meta.get("namespace") == namespace and meta.get("name") == name:
                 return dict(c)
         raise ClaimSourceError(f"ResourceClaim {namespace}/{name} not found in {self.path}")

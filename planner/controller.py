@@ -98,6 +98,7 @@ from topology.planning.profiles import (
     load_profiles,
 )
 from topology.policies.evaluate import Evaluator
+from topology.text import read_utf8
 
 log = logging.getLogger("gputopo.planner")
 
@@ -289,7 +290,7 @@ class Planner:
                 data = self.api.read_configmap(ns, name)
                 text = (data or {}).get(PROFILES_KEY)
             elif s.profiles_file is not None:
-                text = s.profiles_file.read_text()
+                text = read_utf8(s.profiles_file)
         except (ApiError, OSError) as exc:
             log.warning("profiles not read (keeping the last ones): %s", exc)
             return self._profiles

@@ -43,6 +43,7 @@ from topology.model import TopologyError
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import Request, RequestError
 from topology.sources import load_topology
+from topology.text import read_utf8
 
 #: The issue-23 cluster: 4 blocks × 4 racks × 8 DGX-class nodes.
 DEFAULT_MACHINE = "dgx1-v100"
@@ -290,7 +291,7 @@ def _finish(w: MultiWorkload) -> MultiWorkload:
 
 def _read(path: Path) -> Any:
     try:
-        text = path.read_text()
+        text = read_utf8(path)
     except OSError as exc:
         raise SimulationError(f"cannot read workload file {path}: {exc.strerror}") from None
     try:

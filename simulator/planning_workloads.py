@@ -60,6 +60,7 @@ from topology.planning.profiles import (
     parse_profiles,
 )
 from topology.sources import load_topology
+from topology.text import read_utf8
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,7 @@ def read_document(path: str) -> Any:
     """
     p = Path(path).expanduser()
     try:
-        text = p.read_text()
+        text = read_utf8(p)
     except OSError as exc:
         raise SimulationError(f"cannot read workload file {path}: {exc.strerror}") from None
     try:

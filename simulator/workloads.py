@@ -69,6 +69,7 @@ from topology.colocation.sources import (
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.amaral import lookup_profile
 from topology.policies.base import Request, RequestError, SharedRequest
+from topology.text import read_utf8
 
 # ------------------------------------------------------------------------------ networks
 
@@ -762,7 +763,7 @@ def load_file(path: str) -> Workload:
     """
     p = Path(path).expanduser()
     try:
-        text = p.read_text()
+        text = read_utf8(p)
     except OSError as exc:
         raise SimulationError(f"cannot read workload file {path}: {exc.strerror}") from None
     suffix = p.suffix.lower()

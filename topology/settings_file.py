@@ -23,6 +23,8 @@ from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
+from topology.text import read_utf8
+
 _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("gputopo_config_file", default=None)
 
 
@@ -42,10 +44,11 @@ def read_settings_file(path: Path, fields: Iterable[str]) -> dict[str, Any]:
         fields: the names the settings class knows (``Cls.model_fields``).
 
     Raises:
-        SettingsError: unreadable file, invalid YAML, not a mapping, or unknown keys (named).
+        SettingsError: unreadable file, not UTF-8, invalid YAML, not a mapping, or unknown
+            keys (named).
     """
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(read_utf8(path))
     except OSError as exc:
         raise SettingsError(
             f"cannot read config file {str(path)!r}: {exc.strerror or exc}") from None

@@ -1,7 +1,10 @@
-"""Reading the small numbers people and programs write into annotations, labels, flags and
-device IDs."""
+"""Reading what people and programs write: small numbers in annotations, labels, flags and
+device IDs, and the text files they hand the programs."""
 
 from __future__ import annotations
+
+import errno
+from pathlib import Path
 
 
 def decimal_int(text: str) -> int | None:
@@ -16,3 +19,20 @@ def decimal_int(text: str) -> int | None:
     """
     t = text.strip()
     return int(t) if t.isascii() and t.isdigit() else None
+
+
+def read_utf8(path: Path) -> str:
+    """The text of file ``path``, decoded as UTF-8.
+
+    A file that is not UTF-8 raises :class:`OSError` (``errno.EILSEQ``, ``strerror`` "not
+    UTF-8 text") rather than ``UnicodeDecodeError``, so that a caller's ``except OSError``
+    (cannot read the file) reports it in its one line, as it reports a missing file.
+
+    Raises:
+        OSError: unreadable, or not UTF-8 text.
+    """
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OSError(errno.EILSEQ, "not UTF-8 text", str(path)) from None

@@ -135,6 +135,21 @@ def test_refusals_name_the_reason(tmp_path: Path) -> None:
     assert p.unprepare("never-prepared", "default", "x") == ""
 
 
+@pytest.mark.parametrize(("content", "reason"), [
+    (b'{"items": 3}', "not a list of ResourceClaims"),
+    (b'[3, {"metadata": 1}]', "not found"),
+    (b"\xff\xfe", "not UTF-8 text"),
+    (b"{", "reading claims file"),
+])
+def test_an_unreadable_claims_file_refuses_the_claim_in_one_line(
+        tmp_path: Path, content: bytes, reason: str) -> None:
+    """The claims file of a test cluster (FileClaimSource), hand-written: whatever it holds,
+    the claim asked for is refused with one line, nothing raised."""
+    (tmp_path / "claims.json").write_bytes(content)
+    r = _preparer(tmp_path).prepare("uid-x", "default", "x")
+    assert reason in r.error and "\n" not in r.error and r.devices == ()
+
+
 def test_a_corrupt_or_foreign_checkpoint_stops_the_driver(tmp_path: Path) -> None:
     c = claim("c", NODE, [1])
     write_claims(tmp_path / "claims.json", [c])

@@ -4,11 +4,13 @@ the generated watch events of ``tests/scheduler_extender/test_kubernetes_state_f
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from topology.contract import AssignmentError, parse_gpu_indices
 from topology.patterns import PatternError, parse_pattern
-from topology.text import decimal_int
+from topology.text import decimal_int, read_utf8
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -30,3 +32,15 @@ def test_unicode_digits_are_not_gpu_indices(text: str) -> None:
 def test_unicode_digits_are_not_pattern_vertices(text: str) -> None:
     with pytest.raises(PatternError, match="bad pattern"):
         parse_pattern(text, 2)
+
+
+def test_a_file_that_is_not_utf8_is_an_oserror_saying_so(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.yaml", tmp_path / "bad.yaml"
+    good.write_text("name: caf\u00e9\n", encoding="utf-8")
+    bad.write_bytes(b"name: caf\xe9\n")
+    assert read_utf8(good) == "name: caf\u00e9\n"
+    with pytest.raises(OSError, match="not UTF-8 text") as exc:
+        read_utf8(bad)
+    assert exc.value.filename == str(bad)
+    with pytest.raises(FileNotFoundError):
+        read_utf8(tmp_path / "missing.yaml")

@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from topology.planning.energy import EnergyError, PowerProfile, gpu_model_key
+from topology.text import read_utf8
 
 #: A configuration of a job: (GPU model key, GPU count).
 Config = tuple[str, int]
@@ -245,7 +246,7 @@ def load_profiles(text_or_path: str | Path) -> ProfileDocument:
         path = Path(text_or_path)
         source = str(path)
         try:
-            text = path.read_text()
+            text = read_utf8(path)
         except OSError as exc:
             raise ProfileError(f"cannot read {path}: {exc.strerror}") from None
     try:
