@@ -89,14 +89,17 @@ def test_whole_gpus_a_share_and_a_slot_are_read_with_their_amounts() -> None:
 
 
 @pytest.mark.parametrize(("request_", "words"), [
-    (_exactly("g", GPU, allocationMode="All"), "allocationMode All is not supported"),
-    (_exactly("g", GPU, adminAccess=True), "adminAccess is not supported"),
+    (_exactly("g", GPU, allocationMode="All"),
+     f"allocationMode All is not supported for {GPU}; ask for a count"),
+    (_exactly("g", GPU, adminAccess=True), f"adminAccess is not supported for {GPU}"),
     (_exactly("g", GPU, selectors=[{"cel": {"expression": "true"}}]),
-     "CEL selectors are not supported"),
+     f"CEL selectors are not supported for {GPU} (gputopo's placement policy chooses the "
+     "GPUs; use gputopo.io/ annotations)"),
     (_exactly("g", GPU, count=0), "count 0 is not a positive integer"),
     (_exactly("g", GPU, count=True), "count True is not a positive integer"),
     (_exactly("g", GPU, count="2"), "count '2' is not a positive integer"),
-    (_exactly("g", GPU, capacity=_cap(memory="1Gi")), "whole GPUs"),
+    (_exactly("g", GPU, capacity=_cap(memory="1Gi")),
+     f"whole GPUs ({GPU}) take no capacity requests; ask share.gpu.gputopo.io for a share"),
     (_exactly("s", SHARE, count=2, capacity=_cap(compute="10")), "count must be 1, not 2"),
     (_exactly("s", SHARE, capacity=_cap(compute="10", cores="1")), "unknown capacity 'cores'"),
     (_exactly("s", SHARE, capacity={"requests": ["compute"]}),
@@ -107,7 +110,8 @@ def test_whole_gpus_a_share_and_a_slot_are_read_with_their_amounts() -> None:
     (_exactly("s", SHARE, capacity=_cap(compute="0.5")), "is not a percent 0-100"),
     (_exactly("s", SHARE, capacity=_cap(compute="0", memory="0")), "this one asks neither"),
     (_exactly("s", SHARE, capacity=_cap(slots="1")), "this one asks neither"),
-    (_exactly("t", SLOT, capacity=_cap(compute="10")), "a co-location slot takes no compute"),
+    (_exactly("t", SLOT, capacity=_cap(compute="10")),
+     "a co-location slot takes no compute; its share of the GPU follows from its profile"),
     (_exactly("t", SLOT, capacity=_cap(slots="2")), "exactly 1 slot, not 2"),
     (_exactly("t", SLOT, capacity=_cap(slots="0")), "exactly 1 slot, not 0"),
     (_exactly("t", SLOT, capacity=_cap(memory="lots")), "request 't'"),
@@ -115,7 +119,8 @@ def test_whole_gpus_a_share_and_a_slot_are_read_with_their_amounts() -> None:
     (_exactly("g", GPU, tolerations=["x"]), "tolerations must be a list of objects"),
     ({"name": "f", "firstAvailable": [{"name": "a", "deviceClassName": "nic.example.com"},
                                       {"name": "b", "deviceClassName": SHARE}]},
-     "firstAvailable lists naming gputopo classes are not supported"),
+     "firstAvailable lists naming gputopo classes are not supported; ask for one class with "
+     "exactly"),
 ])
 def test_what_the_allocator_cannot_honour_is_refused_naming_claim_and_request(
     request_: dict[str, Any], words: str,
@@ -146,8 +151,10 @@ def test_a_claim_mixing_gputopo_with_other_drivers_or_kinds_is_refused() -> None
     # two requests of one kind are one claim's (not mixed)
     got = parse_claim(_claim(_exactly("a", GPU, count=2), _exactly("b", GPU)))
     assert [(r.name, r.count) for r in got.requests] == [("a", 2), ("b", 1)] and got.ours
-    # entries that are not objects are skipped
-    assert parse_claim(_claim(_exactly("a", GPU), "junk")).ours  # type: ignore[arg-type]
+    # entries that are not objects are skipped, wherever they are
+    junk: Any = "junk"
+    assert parse_claim(_claim(junk, _exactly("a", GPU), junk)).requests == (
+        RequestAsk("a", GPU, DeviceKind.GPU, 1),)
 
 
 def test_constraints_on_gputopo_requests_are_refused() -> None:
@@ -227,6 +234,10 @@ def test_an_allocation_is_read_with_its_gpus_and_node() -> None:
     # the pool names the node even when the node selector says nothing
     got = parse_claim(_claim(_exactly("g", GPU, count=2), status=_allocated(results, None)))
     assert got.node == "n1" and got.allocation is not None
+    # results without a pool: the node selector names the node
+    poolless = [{k: v for k, v in r.items() if k != "pool"} for r in results]
+    got = parse_claim(_claim(_exactly("g", GPU, count=2), status=_allocated(poolless, "n4")))
+    assert got.node == "n4" and got.allocation is not None and got.allocation.gpus == (5, 2)
 
 
 def test_another_drivers_allocation_is_allocated_and_holds_no_gpu_of_ours() -> None:

@@ -382,8 +382,8 @@ def test_shares_and_slots_are_booked_with_their_amounts() -> None:
     state.apply_claim("ADDED", _claim("s", share, cls=dra.CLASS_SHARE,
                                       capacity={"requests": {"compute": "30"}}))
     (a,) = state.allocations()
-    assert (a.gpus, a.core_percent, a.memory_mib, a.fractional, a.colocation) == (
-        (2,), 30, 4096, True, None)
+    assert (a.gpus, a.core_percent, a.memory_mib, a.fractional, a.colocation, a.confirmed) == (
+        (2,), 30, 4096, True, None, True)
     assert _held(state) == {2: (30, 4096)}
     slot = dra.allocation_results("n0", [5], request="g", kind=DeviceKind.SLOT,
                                   memory_mib=2048, share_ids=["t1"])
@@ -392,8 +392,9 @@ def test_shares_and_slots_are_booked_with_their_amounts() -> None:
     state.remember_resident("u-t", resident)
     state.apply_claim("ADDED", _claim("t", slot, cls=dra.CLASS_SLOT))
     t = state.allocation("u-t")
-    assert t is not None and (t.gpus, t.memory_mib, t.fractional, t.colocation) == (
-        (5,), 2048, False, resident)
+    assert t is not None and (t.node, t.gpus, t.memory_mib, t.fractional, t.colocation,
+                              t.confirmed) == ("n0", (5,), 2048, False, resident, True)
+    assert t.pod == PodRef("ns", "t", "u-t")
     assert state.node_state("n0").used(5).residents == (resident,)
     # a slot whose pod's profile is unknown holds the conservative default resident
     state.apply_claim("ADDED", _claim("v", dra.allocation_results(
