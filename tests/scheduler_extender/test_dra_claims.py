@@ -273,6 +273,7 @@ def test_an_allocation_breaking_the_contract_is_refused_with_the_claim() -> None
 # ------------------------------------------------------------------ pods
 def test_a_pods_claims_are_read_in_order_templates_named_from_its_status() -> None:
     pod = {"spec": {"resourceClaims": [
+        "junk", {"resourceClaimName": "nameless"},
         {"name": "a", "resourceClaimName": "claim-a"},
         {"name": "b", "resourceClaimTemplateName": "tmpl"},
         {"name": "c", "resourceClaimTemplateName": "tmpl"},

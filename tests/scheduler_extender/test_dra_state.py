@@ -6,6 +6,7 @@ slice's and the DeviceTaintRules'), and the GPUs every claim holds, reserves or 
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import pytest
@@ -137,8 +138,14 @@ def test_a_slice_without_generation_or_count_is_a_one_slice_pool() -> None:
     devices["spec"]["pool"] = {"name": "n0"}
     state.apply_slice("ADDED", devices)
     assert state.offered("n0") == frozenset(range(8))
-    # then generation 1 of two slices replaces it (newer), incomplete until both arrive
-    counters, devices = _slices()
+    # a slice of generation 1 (newer than none) replaces it, under any name
+    (newer,) = [s for s in _slices(unhealthy=frozenset({3})) if s["spec"].get("devices")]
+    newer["metadata"]["name"] = "renamed"
+    newer["spec"]["pool"]["resourceSliceCount"] = 1
+    state.apply_slice("ADDED", newer)
+    assert state.offered("n0") == frozenset(range(8)) - {3}
+    # then generation 2 of two slices replaces it, incomplete until both arrive
+    counters, devices = _slices(generation=2)
     state.apply_slice("ADDED", devices)
     assert state.offered("n0") == frozenset()
 
@@ -182,14 +189,17 @@ def test_a_nodes_topology_comes_and_goes_with_its_node() -> None:
     for s in _slices():
         state.apply_slice("ADDED", s)
     why = state.node_topology("n0")
-    assert isinstance(why, NodeTopologyError) and "no Node object seen" in str(why)
+    assert isinstance(why, NodeTopologyError)
+    assert str(why) == "node is unknown to the allocator (no Node object seen)"
     # the pool offers its GPUs; without a topology none is marked unhealthy
     assert state.offered("n0") == frozenset(range(8))
     no_ann = node_obj("n0", DGX1)
     del no_ann["metadata"]["annotations"]
     state.apply_node("ADDED", no_ann)
     why = state.node_topology("n0")
-    assert isinstance(why, NodeTopologyError) and "no gputopo.io/topology annotation" in str(why)
+    assert isinstance(why, NodeTopologyError)
+    assert str(why) == ("node has no gputopo.io/topology annotation (is gputopo's DRA driver "
+                        "running there?)")
     not_text = node_obj("n0", DGX1)
     not_text["metadata"]["annotations"]["gputopo.io/topology"] = {"gpus": []}
     state.apply_node("MODIFIED", not_text)
@@ -199,6 +209,7 @@ def test_a_nodes_topology_comes_and_goes_with_its_node() -> None:
     assert state.node_view("n0").topology == DGX1
     state.apply_node("DELETED", node_obj("n0", DGX1))
     assert isinstance(state.node_topology("n0"), NodeTopologyError)
+    state.apply_node("DELETED", node_obj("never-seen", DGX1))
     state.apply_node("ADDED", {"metadata": {"annotations": {}}})  # no name: ignored
     state.apply_node("ADDED", {"metadata": "junk"})
     assert isinstance(state.node_topology(""), NodeTopologyError)
@@ -347,6 +358,8 @@ def test_an_allocated_claim_holds_its_gpus_until_deallocated_or_deleted() -> Non
     assert _held(state) == {1: (100, 0), 3: (100, 0)}
     assert state.apply_claim("DELETED", obj) is None
     assert _held(state) == {} and state.claim("ns/a") is None and state.claims() == []
+    # a claim deleted before the watch showed it: nothing to forget, nothing fails
+    assert state.apply_claim("DELETED", _claim("never-seen")) is None
 
 
 def test_a_claim_without_uid_is_ignored_and_one_without_namespace_is_defaults() -> None:
@@ -363,12 +376,16 @@ def test_a_claim_without_uid_is_ignored_and_one_without_namespace_is_defaults() 
     assert state.claim("default/b") is None and _held(state) == {}
 
 
-def test_an_unusable_claim_is_kept_with_its_reason_and_frees_its_gpus() -> None:
+def test_an_unusable_claim_is_kept_with_its_reason_and_frees_its_gpus(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     state = _state("n0")
     state.apply_claim("ADDED", _claim("a", _gpus("n0", 4)))
     assert _held(state) == {4: (100, 0)}
     bad = _claim("a", _gpus("n0", 4), allocationMode="All")
-    parsed = state.apply_claim("MODIFIED", bad)
+    with caplog.at_level(logging.WARNING, logger="gputopo.dra.allocator"):
+        parsed = state.apply_claim("MODIFIED", bad)
+    assert caplog.messages == [str(parsed)]  # the operator sees why
     assert isinstance(parsed, ClaimError) and "allocationMode All" in str(parsed)
     assert state.claim("ns/a") == (bad, parsed)
     assert state.claims() == [(bad, parsed)]
@@ -472,10 +489,16 @@ def test_a_hold_checks_the_memory_of_a_share_against_the_topology() -> None:
     assert state.allocation("u-s") is not None
 
 
-def test_a_claim_allocated_otherwise_than_reserved_holds_what_it_shows() -> None:
+def test_a_claim_allocated_otherwise_than_reserved_holds_what_it_shows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     state = _state("n0")
     state.hold(Allocation(PodRef("ns", "a", "u-a"), "n0", (0, 1)))
-    state.apply_claim("MODIFIED", _claim("a", _gpus("n0", 4, 5), count=2))
+    with caplog.at_level(logging.WARNING, logger="gputopo.dra.allocator"):
+        state.apply_claim("MODIFIED", _claim("a", _gpus("n0", 4, 5), count=2))
+        state.apply_claim("MODIFIED", _claim("a", _gpus("n0", 4, 5), count=2))  # no news
+    assert caplog.messages == [
+        "claim ns/a is allocated GPUs (4, 5) on n0, not the reserved (0, 1) on n0"]
     (held,) = state.allocations()
     assert (held.gpus, held.confirmed) == ((4, 5), True)
     assert _held(state) == {4: (100, 0), 5: (100, 0)}
@@ -498,6 +521,27 @@ def test_a_relist_keeps_reservations_and_drops_claims_gone() -> None:
     with pytest.raises(ReservationConflict):
         state.hold(Allocation(PodRef("ns", "x", "u-x"), "n0", (2,)))
 
+
+
+def test_a_claim_shown_on_a_reserved_gpu_is_booked_as_the_api_says() -> None:
+    # what the API says a claim holds is recorded even over another claim's reservation (the
+    # watch must not fail on it; the reservation's write then fails and gives it back)
+    state = _state("n0")
+    state.hold(Allocation(PodRef("ns", "flight", "u-flight"), "n0", (2,)))
+    state.apply_claim("ADDED", _claim("other", _gpus("n0", 2)))
+    other = state.allocation("u-other")
+    assert other is not None and (other.gpus, other.confirmed) == ((2,), True)
+    state.unhold("u-flight")
+    assert [a.pod.name for a in state.allocations()] == ["other"]
+
+
+def test_an_allocation_whose_node_is_unknown_holds_nothing() -> None:
+    # gputopo's devices with neither a pool nor a node selector: not booked, and no failure
+    state = _state("n0")
+    results = [{k: v for k, v in r.items() if k != "pool"} for r in _gpus("n0", 1)]
+    parsed = state.apply_claim("ADDED", _claim("a", results))
+    assert isinstance(parsed, ClaimAsk) and parsed.allocated and parsed.node is None
+    assert state.allocations() == []
 
 
 def test_a_relist_showing_a_reserved_gpu_taken_keeps_both_records() -> None:
