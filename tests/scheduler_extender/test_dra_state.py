@@ -112,6 +112,11 @@ def test_only_the_latest_generation_counts() -> None:
     assert state.offered("n0") == frozenset()
     state.apply_slice("ADDED", new_counters)
     assert state.offered("n0") == frozenset(range(7))
+    # an old slice deleted once the new generation holds none of its name: nothing changes
+    gone = copy.deepcopy(new_devices)
+    gone["metadata"]["name"] = "retired"
+    state.apply_slice("DELETED", gone)
+    assert state.offered("n0") == frozenset(range(7))
     # a generation published as one slice: complete by itself, the older slices forgotten
     (one,) = [s for s in _slices(generation=3) if s["spec"].get("devices")]
     one["spec"]["pool"]["resourceSliceCount"] = 1
@@ -209,6 +214,10 @@ def test_a_nodes_topology_comes_and_goes_with_its_node() -> None:
     assert state.node_view("n0").topology == DGX1
     state.apply_node("DELETED", node_obj("n0", DGX1))
     assert isinstance(state.node_topology("n0"), NodeTopologyError)
+    # another machine's topology, the same GPUs offered: the cached view follows it
+    p100 = catalog.get("dgx1-p100")
+    state.apply_node("MODIFIED", node_obj("n0", p100))
+    assert state.node_view("n0").topology == p100 != DGX1
     state.apply_node("DELETED", node_obj("never-seen", DGX1))
     state.apply_node("ADDED", {"metadata": {"annotations": {}}})  # no name: ignored
     state.apply_node("ADDED", {"metadata": "junk"})
