@@ -1,7 +1,8 @@
 """What the DRA allocator reads from a ResourceClaim and a pod, and the status it writes —
 :mod:`scheduler_extender.dra.claims` on the ``resource.k8s.io/v1`` wire dicts, no allocator
 around them: what a claim asks, what it holds and for whom, what is refused and why, how a
-pod's decision is split over its claims and written back."""
+pod's decision is split over its claims and written back. (docs/testing.md, "Twelfth
+round", found these pinned only through the allocator, or not at all.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The DRA allocator's view of the cluster (:class:`scheduler_extender.dra.state.DraState`) fed
 event by event, as its watches feed it: which GPUs a node's ResourceSlice pool offers (only a
 complete pool of the latest generation), the taints that keep a device from a request (the
-slice's and the DeviceTaintRules'), and the GPUs every claim holds, reserves or gives back."""
+slice's and the DeviceTaintRules'), and the GPUs every claim holds, reserves or gives back.
+(docs/testing.md, "Twelfth round".)"""
 
 from __future__ import annotations
 
