@@ -36,6 +36,7 @@ from topology.dra import (
     CAP_MEMORY,
     CAP_SLOTS,
     CLASS_KINDS,
+    CLASS_SLOT,
     DRIVER,
     ClaimAllocation,
     DeviceKind,
@@ -256,6 +257,9 @@ def _request(claim_key: str, request: Mapping[str, Any]) -> RequestAsk | None:
         if slots != 1:
             raise ClaimError(f"{where}: a co-location job takes exactly 1 slot, not {slots}")
         return RequestAsk(name, str(cls), kind, 1, 0, memory, tols)
+    if CAP_SLOTS in cap:
+        raise ClaimError(f"{where}: a share takes no {CAP_SLOTS}; a co-located job asks "
+                         f"{CLASS_SLOT} for a slot")
     if core.denominator != 1 or not 0 <= core <= FULL_CORE:
         raise ClaimError(f"{where}: {CAP_COMPUTE} {cap[CAP_COMPUTE]!r} is not a percent "
                          f"0-{FULL_CORE}")
