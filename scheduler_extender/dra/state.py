@@ -107,7 +107,6 @@ class DraState(BookedViews):
         self._taints: dict[str, dict[DeviceKind, dict[int, tuple[DeviceTaint, ...]]]] = {}
         self._rules: dict[str, TaintRule] = {}
         self._claims: dict[str, tuple[Mapping[str, Any], ClaimAsk | ClaimError]] = {}
-        self._by_uid: dict[str, str] = {}
         self._residents: dict[str, Resident] = {}
         self._synced: set[str] = set()
 
@@ -279,7 +278,6 @@ class DraState(BookedViews):
         with self._lock, self.book.lock:
             if kind == "DELETED":
                 self._claims.pop(key, None)
-                self._by_uid.pop(uid, None)
                 self._residents.pop(uid, None)
                 self.book.remove(uid)
                 return None
@@ -288,7 +286,6 @@ class DraState(BookedViews):
             except ClaimError as exc:
                 parsed = exc
             self._claims[key] = (obj, parsed)
-            self._by_uid[uid] = key
             self._book_claim(uid, parsed)
             return parsed
 
@@ -322,14 +319,18 @@ class DraState(BookedViews):
         return Allocation(ref, claim.node, a.gpus, confirmed=confirmed)
 
     def resync_claims(self, items: Iterable[Mapping[str, Any]]) -> None:
-        """Replace every claim with a fresh list (keeping unconfirmed reservations)."""
+        """Replace every claim with a fresh list (keeping unconfirmed reservations, and the
+        co-location residents of the claims still listed or reserved)."""
         with self._lock, self.book.lock:
             keep = [a for a in self.book.all() if not a.confirmed]
             self.book.clear()
             self._claims.clear()
-            self._by_uid.clear()
+            live = {a.pod.uid for a in keep}
             for obj in items:
+                live.add(str(_meta(obj).get("uid") or ""))
                 self.apply_claim("ADDED", obj)
+            for uid in [u for u in self._residents if u not in live]:
+                del self._residents[uid]  # its claim went while the watch was down
             for a in keep:
                 if self.book.get(a.pod.key) is None:
                     self.book.add(a, None, check=False)

@@ -533,6 +533,25 @@ def test_a_relist_keeps_reservations_and_drops_claims_gone() -> None:
 
 
 
+def test_a_relist_forgets_the_residents_of_claims_gone() -> None:
+    """A slot claim deleted while the watch was down leaves no remembered resident behind
+    (it was kept forever); the residents of claims still listed, or reserved in flight, stay."""
+    state = _state("n0")
+    slot = dra.allocation_results("n0", [5], request="g", kind=DeviceKind.SLOT,
+                                  memory_mib=2048, share_ids=["t1"])
+    resident = Resident("ns/t", default_resident(ClaimAsk("ns", "x", "u"), 1024).profile,
+                        2048)
+    for uid in ("u-t", "u-gone", "u-flight"):
+        state.remember_resident(uid, resident)
+    state.apply_claim("ADDED", _claim("t", slot, cls=dra.CLASS_SLOT))
+    state.apply_claim("ADDED", _claim("gone", _gpus("n0", 0)))
+    state.hold(Allocation(PodRef("ns", "flight", "u-flight"), "n0", (3,)))
+    state.resync_claims([_claim("t", slot, cls=dra.CLASS_SLOT)])
+    assert set(state._residents) == {"u-t", "u-flight"}  # noqa: SLF001 - the leak itself
+    t = state.allocation("u-t")
+    assert t is not None and t.colocation == resident
+
+
 def test_a_claim_shown_on_a_reserved_gpu_is_booked_as_the_api_says() -> None:
     # what the API says a claim holds is recorded even over another claim's reservation (the
     # watch must not fail on it; the reservation's write then fails and gives it back)
