@@ -1,0 +1,214 @@
+"""What the DRA allocator tells the API about a pod over its life: the Event of a pod that
+waits, the postponement condition's three steps (waiting, the bound ended, placed), the
+``Placed`` repair of a pod bound without a ``PodScheduled`` time, and a stop that lets the
+writes in flight land (thirteenth mutation round, docs/testing.md)."""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+from scheduler_extender.kubernetes_state import ApiError
+from scheduler_extender.pending import CONDITION_POSTPONED
+from tests.scheduler_extender.dra_fakes import FakeAPI, claim_obj, cluster, drain, gpus, pod_obj
+from tests.scheduler_extender.test_dra_allocator import _placed_lost, _three_postponed
+from topology import dra
+from topology.contract import ANN_GPU_INDICES, ANN_NODE
+
+
+def test_a_pod_that_waits_gets_a_gpu_allocation_pending_event() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "big", [gpus("g", 9)]))
+    api.add_pod(pod_obj("ns", "big", [("g", "big")]))
+    drain(alloc)
+    assert [(n, r) for n, r, _m in api.events] == [("big", "GPUAllocationPending")]
+    assert api.events[0][2].startswith("no node has the GPUs: n0: ")
+
+
+def test_the_condition_says_waiting_then_ended_then_placed() -> None:
+    """Issue 24's postponed ring: its condition is written three times, in this order —
+    waiting (at its first postponement), the bound ended (at the bound, still ``True``: it
+    now takes what the rule gives), placed (``False``, once its claim is allocated)."""
+    now, wall = [0.0], [1_767_225_600.0]
+    written: list[dict[str, str]] = []
+    alloc, api = _three_postponed(now, wall)
+    patch = api.patch_pod_conditions
+
+    def record(namespace: str, name: str, uid: str, conditions: list[dict[str, str]]) -> None:
+        written.extend(copy.deepcopy(conditions))
+        patch(namespace, name, uid, conditions)
+
+    api.patch_pod_conditions = record
+    now[0], wall[0] = now[0] + 300.0, wall[0] + 300.0
+    assert alloc.recheck_postponed() == ["ns/three"]
+    drain(alloc)
+    alloc.stop()
+    assert [(c["type"], c["status"], c["reason"]) for c in written] == [
+        (CONDITION_POSTPONED, "True", "PostponementEnded"),
+        (CONDITION_POSTPONED, "False", "Placed")]
+    assert written[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # the wait's start
+    assert "for 300 s (its bound)" in written[0]["message"]
+
+
+def test_a_pod_bound_without_a_scheduled_time_is_marked_placed_as_of_the_allocators_clock(
+) -> None:
+    """The ``Placed`` repair of a pod whose binding left no ``PodScheduled`` condition (a
+    bind by another client) dates it by the allocator's wall clock when it reads the pod."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _placed_lost(now, wall)  # the bound ended at 00:05:00
+    live = api.pods["ns/three"]
+    before = copy.deepcopy(live)
+    live["spec"]["nodeName"] = "n0"
+    alloc.on_pod("DELETED", before)  # the pending watch: it left, condition still True
+    now[0] += alloc.placed_check_s
+    wall[0] += 12.0
+    assert alloc.check_placed() == ["ns/three"]
+    alloc.stop()
+    cond = {c["type"]: c for c in api.pods["ns/three"]["status"]["conditions"]}
+    placed = cond[CONDITION_POSTPONED]
+    assert (placed["status"], placed["reason"]) == ("False", "Placed")
+    assert placed["lastTransitionTime"] == "2026-01-01T00:05:12Z"
+    assert placed["message"].endswith("for 312 s; it was then placed on node n0")
+
+
+def test_stop_waits_for_the_writes_in_flight() -> None:
+    """A claim write still in flight when the allocator stops (a leader stepping down) lands
+    before ``stop`` returns: the pod is not left with half its writes."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    gate = threading.Event()
+    real = api.patch_claim_status
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate.wait(10.0)
+        return real(*args, **kwargs)
+
+    api.patch_claim_status = slow  # type: ignore[method-assign]
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    alloc.sync("ns/p")  # decided; the claim write waits for the gate
+    opener = threading.Timer(0.2, gate.set)
+    opener.start()
+    alloc.stop()
+    assert api.claims["ns/c"]["status"].get("allocation")
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+    opener.join()
+
+
+def _held_write(api: FakeAPI) -> threading.Event:
+    """Hold every claim write until the returned gate is set."""
+    gate = threading.Event()
+    real = api.patch_claim_status
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate.wait(10.0)
+        return real(*args, **kwargs)
+
+    api.patch_claim_status = slow  # type: ignore[method-assign]
+    return gate
+
+
+def test_gpus_whose_write_is_in_flight_are_not_handed_out_again() -> None:
+    """Pod a is decided, its claim write still in flight: pod b, decided meanwhile on the same
+    node, gets other GPUs; a decided pod is not listed as waiting."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    gate = _held_write(api)
+    for name, n in (("a", 4), ("b", 4)):
+        api.add_claim(claim_obj("ns", name, [gpus("g", n)]))
+        api.add_pod(pod_obj("ns", name, [("g", name)]))
+    alloc.sync("ns/a")
+    assert alloc.pending() == {}
+    alloc.sync("ns/b")
+    assert alloc.pending() == {}
+    gate.set()
+    drain(alloc)
+    a, b = (set(api.claims[f"ns/{n}"]["status"]["allocation"]["devices"]["results"][i]["device"]
+                for i in range(4)) for n in ("a", "b"))
+    assert len(a) == len(b) == 4 and not a & b
+
+
+def test_a_claim_shared_by_two_pods_decided_at_once_is_allocated_once() -> None:
+    """Pods a and b share claim ``shared``; b also has its own. b is decided while a's
+    writes are in flight: ``shared`` is held for a already, so b's decision is dropped — its
+    own claim's reservation too — and b is decided again once ``shared`` is allocated: its
+    own claim on the same node, on GPUs of its own."""
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    gate = _held_write(api)
+    api.add_claim(claim_obj("ns", "shared", [gpus("g", 2)]))
+    api.add_claim(claim_obj("ns", "own", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "a", [("s", "shared")]))
+    api.add_pod(pod_obj("ns", "b", [("o", "own"), ("s", "shared")]))
+    alloc.sync("ns/a")
+    alloc.sync("ns/b")
+    assert [a.pod.name for a in alloc.state.book.all()] == ["shared"]  # b's hold dropped
+    gate.set()
+    drain(alloc)
+    shared, own = api.claims["ns/shared"], api.claims["ns/own"]
+    node = shared["status"]["allocation"]["nodeSelector"]
+    assert own["status"]["allocation"]["nodeSelector"] == node
+    devs = [r["device"] for c in (shared, own)
+            for r in c["status"]["allocation"]["devices"]["results"]]
+    assert len(set(devs)) == 4
+    assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/shared"),
+                                                         ("claim", "ns/own")]
+    assert api.pods["ns/b"]["spec"]["schedulingGates"] == []
+
+
+def test_a_release_retried_after_the_pod_changed_keeps_the_decisions_annotations() -> None:
+    """The pod watch replaced the pod's record while it was decided, and the first gate
+    removal failed (a 500): the retry, which finds the claim allocated already, still writes
+    the decision's annotations (node, GPUs) with the gate's removal."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = pod_obj("ns", "p", [("g", "c")])
+    again = copy.deepcopy(pod)
+    again["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+    decide = alloc.decider.decide
+
+    def decide_while_the_pod_changes(*args: Any, **kwargs: Any) -> Any:
+        alloc.on_pod("MODIFIED", again)
+        return decide(*args, **kwargs)
+
+    alloc.decider.decide = decide_while_the_pod_changes  # type: ignore[method-assign]
+    release = api.release_pod
+    calls = [0]
+
+    def flaky(pod: Any, annotations: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise ApiError("500 injected", 500)
+        release(pod, annotations)
+
+    api.release_pod = flaky  # type: ignore[method-assign]
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod)
+    alloc.sync("ns/p")
+    alloc.decider.decide = decide  # type: ignore[method-assign]
+    drain(alloc)
+    assert calls[0] == 2
+    live = api.pods["ns/p"]
+    assert live["spec"]["schedulingGates"] == []
+    held = [dra.parse_device_name(r["device"]).index
+            for r in api.claims["ns/c"]["status"]["allocation"]["devices"]["results"]]
+    ann = live["metadata"]["annotations"]
+    assert ann[ANN_NODE] == "n0"
+    assert ann[ANN_GPU_INDICES] == ",".join(map(str, sorted(held)))
+
+
+def test_a_pod_placed_before_its_bound_is_not_marked_ended_at_the_bound() -> None:
+    """The postponed ring is placed within its bound (the 5-GPU pod left); kube-scheduler
+    has not bound it yet when the bound passes: its condition stays ``Placed`` — the bound's
+    recheck was dropped with the decision."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _three_postponed(now, wall)
+    api.delete_pod("ns/five")
+    drain(alloc)
+    assert len(api.claims["ns/three"]["status"]["allocation"]["devices"]["results"]) == 3
+    writes = api.writes.count(("conditions", "ns/three"))
+    now[0], wall[0] = now[0] + 300.0, wall[0] + 300.0
+    assert alloc.recheck_postponed() == []
+    drain(alloc)
+    alloc.stop()
+    assert api.writes.count(("conditions", "ns/three")) == writes
+    cond = {c["type"]: c for c in api.pods["ns/three"]["status"]["conditions"]}
+    assert (cond[CONDITION_POSTPONED]["status"], cond[CONDITION_POSTPONED]["reason"]) == (
+        "False", "Placed")
