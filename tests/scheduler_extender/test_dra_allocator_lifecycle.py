@@ -48,6 +48,7 @@ def test_the_condition_says_waiting_then_ended_then_placed() -> None:
         (CONDITION_POSTPONED, "True", "PostponementEnded"),
         (CONDITION_POSTPONED, "False", "Placed")]
     assert written[0]["lastTransitionTime"] == "2026-01-01T00:00:00Z"  # the wait's start
+    assert written[1]["message"].endswith("it was then placed on node n0")
     assert "for 300 s (its bound)" in written[0]["message"]
 
 

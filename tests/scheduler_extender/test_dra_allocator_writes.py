@@ -1,0 +1,172 @@
+"""The DRA allocator's writes as the API sees them: what a claim's status and metadata get,
+which copy of the pod the gate's removal patches, and what a failed write leaves behind —
+nothing held, the pod tried again unless it is gone, the counters the service exports
+(thirteenth mutation round, docs/testing.md)."""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler_extender.dra.claims import DELETE_PROTECTION
+from scheduler_extender.kubernetes_state import ApiError
+from tests.scheduler_extender.dra_fakes import (
+    FakeAPI,
+    claim_obj,
+    cluster,
+    drain,
+    gpus,
+    pod_obj,
+    share,
+)
+from topology import dra
+
+
+def _results(api: FakeAPI, claim: str) -> list[dict[str, Any]]:
+    return list(api.claims[claim]["status"]["allocation"]["devices"]["results"])
+
+
+def _held(api: FakeAPI) -> list[int]:
+    return sorted(dra.parse_device_name(r["device"]).index for c in api.claims.values()
+                  if c["status"].get("allocation") for r in c["status"]["allocation"]
+                  ["devices"]["results"])
+
+
+def _fail_once(api: FakeAPI, claim: str, error: Exception) -> list[int]:
+    """The first write of ``claim``'s status raises ``error``; returns the attempt count."""
+    real = api.patch_claim_status
+    tries = [0]
+
+    def flaky(namespace: str, name: str, resource_version: str,
+              status: Mapping[str, Any]) -> dict[str, Any]:
+        if f"{namespace}/{name}" == claim:
+            tries[0] += 1
+            if tries[0] == 1:
+                api.writes.append(("claim", claim))
+                raise error
+        return real(namespace, name, resource_version, status)
+
+    api.patch_claim_status = flaky  # type: ignore[method-assign]
+    return tries
+
+
+def test_a_claims_status_and_finalizers_as_written() -> None:
+    """Whole GPUs carry no shareID, a share a fresh UUID; the finalizers a claim had are
+    kept beside the delete protection added; the counters count claims and pods."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    kept = claim_obj("ns", "w", [gpus("g", 2)])
+    kept["metadata"]["finalizers"] = ["example.com/keep"]
+    api.add_claim(kept)
+    api.add_claim(claim_obj("ns", "s", [share("s", 30, "2Gi")]))
+    api.add_pod(pod_obj("ns", "p", [("w", "w"), ("s", "s")]))
+    api.add_pod(pod_obj("ns", "q", [("s", "s")]))
+    drain(alloc)
+    assert api.claims["ns/w"]["metadata"]["finalizers"] == ["example.com/keep",
+                                                            DELETE_PROTECTION]
+    assert all("shareID" not in r for r in _results(api, "ns/w"))
+    (r,) = _results(api, "ns/s")
+    assert str(uuid.UUID(r["shareID"])) == r["shareID"]
+    assert (alloc.metrics.allocated_claims, alloc.metrics.released_pods,
+            alloc.metrics.write_errors) == (2, 2, 0)
+
+
+def test_a_failed_claim_write_frees_its_gpus_and_the_pod_is_tried_again() -> None:
+    """The second of a pod's two claim writes fails (a 500): the first stays allocated, the
+    second's GPUs are not held, the error is counted, and the pod is decided again — its
+    second claim on the first's node, no GPU twice."""
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)]))
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
+    tries = _fail_once(api, "ns/b", ApiError("500 injected", 500))
+    api.add_pod(pod_obj("ns", "p", [("x", "a"), ("y", "b")]))
+    drain(alloc)
+    assert tries[0] == 2
+    assert alloc.metrics.write_errors == 1
+    assert alloc.metrics.allocated_claims == 2
+    a, b = api.claims["ns/a"], api.claims["ns/b"]
+    assert a["status"]["allocation"]["nodeSelector"] == b["status"]["allocation"]["nodeSelector"]
+    assert len(set(_held(api))) == 4
+    assert {g for x in alloc.state.book.all() for g in x.gpus} == set(_held(api))
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+
+
+def test_an_unexpected_error_in_the_writes_is_retried_too() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 3)]))
+    tries = _fail_once(api, "ns/a", RuntimeError("the client broke"))
+    api.add_pod(pod_obj("ns", "p", [("x", "a")]))
+    drain(alloc)
+    assert tries[0] == 2
+    assert len(_results(api, "ns/a")) == 3
+    assert [x.gpus for x in alloc.state.book.all()] == [
+        tuple(sorted(dra.parse_device_name(r["device"]).index
+                     for r in _results(api, "ns/a")))]
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+
+
+def test_a_claim_gone_when_written_is_not_written_again() -> None:
+    """A 404 (the claim was deleted; the watch has not said so yet): the pod is not tried
+    again on its own — it waits for the next event — and nothing is held."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = pod_obj("ns", "p", [("x", "a")])
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)], owner=pod))  # no finalizer write
+    tries = _fail_once(api, "ns/a", ApiError("404 Not Found", 404))
+    api.add_pod(pod)
+    drain(alloc)
+    assert tries[0] == 1
+    assert alloc.state.book.all() == []
+    assert alloc.metrics.write_errors == 1
+
+
+def test_the_gate_is_removed_from_the_pod_as_last_seen() -> None:
+    """Another controller added its own gate before gputopo's while the pod was decided:
+    the gate's removal patches the pod as the watch last delivered it (gputopo's gate at
+    index 1), so it succeeds at once and leaves the other gate."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = pod_obj("ns", "p", [("g", "c")])
+    decide = alloc.decider.decide
+
+    def decide_while_a_gate_is_added(*args: Any, **kwargs: Any) -> Any:
+        live = api.pods["ns/p"]
+        live["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
+        alloc.on_pod("MODIFIED", copy.deepcopy(live))
+        return decide(*args, **kwargs)
+
+    alloc.decider.decide = decide_while_a_gate_is_added  # type: ignore[method-assign]
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod)
+    alloc.sync("ns/p")
+    alloc.decider.decide = decide  # type: ignore[method-assign]
+    drain(alloc)
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert api.writes.count(("pod", "ns/p")) == 1
+    assert alloc.metrics.write_errors == 0
+
+
+def test_a_released_pod_is_not_released_again_before_the_watch_says_so() -> None:
+    """The watch delivers the released pod late: a claim event meanwhile makes the pod be
+    looked at again, still gated in the allocator's copy — it is not patched a second time
+    (the patch would fail its test of the gate, and be retried for ever)."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    late: list[dict[str, Any]] = []
+    on_pod = alloc.on_pod
+
+    def hold_back(kind: str, pod: Any) -> None:
+        late.append(copy.deepcopy(pod))
+
+    alloc.on_pod = hold_back  # type: ignore[method-assign]
+    pod = pod_obj("ns", "p", [("g", "c")])
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.pods["ns/p"] = pod
+    on_pod("ADDED", copy.deepcopy(pod))
+    drain(alloc)  # decided, written, released; the watch's copy of the release held back
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+    assert late and late[-1]["spec"]["schedulingGates"] == []  # not delivered yet
+    obj = api.claims["ns/c"]
+    obj["metadata"]["resourceVersion"] = "998"
+    alloc.on_claim("MODIFIED", copy.deepcopy(obj))  # the claim changes: the pod is queued
+    drain(alloc)
+    assert api.writes.count(("pod", "ns/p")) == 1
+    assert alloc.metrics.write_errors == 0
