@@ -213,3 +213,74 @@ def test_a_pod_placed_before_its_bound_is_not_marked_ended_at_the_bound() -> Non
     cond = {c["type"]: c for c in api.pods["ns/three"]["status"]["conditions"]}
     assert (cond[CONDITION_POSTPONED]["status"], cond[CONDITION_POSTPONED]["reason"]) == (
         "False", "Placed")
+
+
+def test_a_waiting_pod_changed_or_deleted() -> None:
+    """A pod that waits keeps waiting across a change the watch delivers (listed, no second
+    Event for the same reason); deleted, it is no longer listed nor decided when GPUs free."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "big", [gpus("g", 6)]))
+    api.add_pod(pod_obj("ns", "big", [("g", "big")]))
+    for name in ("a", "b"):
+        api.add_claim(claim_obj("ns", name, [gpus("g", 4)]))
+        api.add_pod(pod_obj("ns", name, [("g", name)]))
+    drain(alloc)
+    assert set(alloc.pending()) == {"ns/a", "ns/b"}
+    live = api.pods["ns/a"]
+    live["metadata"].setdefault("labels", {})["changed"] = "yes"
+    alloc.on_pod("MODIFIED", copy.deepcopy(live))
+    drain(alloc)
+    assert set(alloc.pending()) == {"ns/a", "ns/b"}
+    assert [n for n, _r, _m in api.events] == ["a", "b"]
+    alloc.on_pod("DELETED", api.pods.pop("ns/b"))
+    assert set(alloc.pending()) == {"ns/a"}
+    api.delete_pod("ns/big")
+    drain(alloc)
+    assert api.claims["ns/a"]["status"].get("allocation")
+    assert api.claims["ns/b"]["status"] == {}
+    assert ("claim", "ns/b") not in api.writes
+
+
+def test_a_release_retried_after_a_pod_event_during_the_writes_keeps_the_annotations() -> None:
+    """The pod watch delivers a change while the claim is being written, and the first gate
+    removal fails: the retry still writes the decision's annotations."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    release = api.release_pod
+    calls = [0]
+
+    def flaky(pod: Any, annotations: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 1:
+            live = api.pods["ns/p"]
+            live["metadata"].setdefault("labels", {})["changed"] = "yes"
+            alloc.on_pod("MODIFIED", copy.deepcopy(live))
+            raise ApiError("500 injected", 500)
+        release(pod, annotations)
+
+    api.release_pod = flaky  # type: ignore[method-assign]
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    drain(alloc)
+    assert calls[0] == 2
+    ann = api.pods["ns/p"]["metadata"]["annotations"]
+    assert ann[ANN_NODE] == "n0" and ann[ANN_GPU_INDICES]
+
+
+def test_a_continued_clock_is_not_ended_early_while_the_claim_is_awaited() -> None:
+    """A new leader meets a pod 200 s into its 300 s wait before the pod's claim reaches its
+    claim watch: the bound still ends 100 s later, not at once."""
+    now, wall = [0.0], [1_767_225_600.0]
+    alloc, api = _three_postponed(now, wall)
+    pod = copy.deepcopy(api.pods["ns/three"])
+    now[0], wall[0] = 5000.0, wall[0] + 200
+    fresh, api2 = cluster({"n0": "dgx1-v100"}, postpone_max_s=300,
+                          monotonic=lambda: now[0], wall=lambda: wall[0])
+    api2.add_pod(pod)  # its claim not seen yet
+    drain(fresh)
+    assert fresh.recheck_postponed() == []
+    now[0] += 99.0
+    assert fresh.recheck_postponed() == []
+    now[0] += 1.0
+    assert fresh.recheck_postponed() == ["ns/three"]
+    fresh.stop()
+    alloc.stop()

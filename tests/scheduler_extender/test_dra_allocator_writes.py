@@ -6,6 +6,7 @@ nothing held, the pod tried again unless it is gone, the counters the service ex
 from __future__ import annotations
 
 import copy
+import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -170,3 +171,113 @@ def test_a_released_pod_is_not_released_again_before_the_watch_says_so() -> None
     drain(alloc)
     assert api.writes.count(("pod", "ns/p")) == 1
     assert alloc.metrics.write_errors == 0
+
+
+def _nic(name: str) -> dict[str, Any]:
+    return claim_obj("ns", name, [{"name": "n", "exactly": {"deviceClassName": "nic.example.com",
+                                                            "count": 1}}])
+
+
+def _flaky_release(api: FakeAPI, *statuses: int) -> list[int]:
+    """The first releases fail with ``statuses`` in turn; returns the attempt count."""
+    real = api.release_pod
+    tries = [0]
+
+    def flaky(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        tries[0] += 1
+        if tries[0] <= len(statuses):
+            api.writes.append(("pod", "ns/p"))
+            raise ApiError(f"{statuses[tries[0] - 1]} injected", statuses[tries[0] - 1])
+        real(pod, annotations)
+
+    api.release_pod = flaky  # type: ignore[method-assign]
+    return tries
+
+
+def test_a_pod_without_gputopo_claims_has_its_gate_removed_once_even_after_a_failure() -> None:
+    """A pod whose claims are another driver's (or a pod with gputopo's gate and no claim at
+    all): its gate is removed — retried after a 500, counted once; an ordinary pod (no claim,
+    no gate) and an ungated pod are never patched."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    tries = _flaky_release(api, 500)
+    api.add_claim(_nic("nic"))
+    api.add_pod(pod_obj("ns", "p", [("n", "nic")]))
+    drain(alloc)
+    assert tries[0] == 2
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+    assert alloc.metrics.released_pods == 1
+    bare = pod_obj("ns", "bare", [])
+    api.add_pod(bare)
+    plain = pod_obj("ns", "plain", [], gated=False)
+    api.add_pod(plain)
+    api.add_pod(pod_obj("ns", "ungated", [("n", "nic")], gated=False))
+    alloc.on_pod("DELETED", pod_obj("ns", "never-seen", []))
+    drain(alloc)
+    assert api.pods["ns/bare"]["spec"]["schedulingGates"] == []
+    assert ("pod", "ns/plain") not in api.writes
+    assert ("pod", "ns/ungated") not in api.writes
+    assert alloc.metrics.released_pods == 2
+
+
+def test_a_release_of_a_pod_gone_is_not_retried() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    tries = _flaky_release(api, 404)
+    api.add_claim(_nic("nic"))
+    api.add_pod(pod_obj("ns", "p", [("n", "nic")]))
+    drain(alloc)
+    assert tries[0] == 1
+    assert alloc.metrics.released_pods == 0
+
+
+def test_a_release_in_flight_is_not_started_twice_and_patches_the_pod_as_last_seen() -> None:
+    """The writer is busy (another pod's claim write) when the pod's release is queued; the
+    pod is looked at again meanwhile, and another controller adds its own gate before
+    gputopo's: one release, of the pod as the watch last delivered it (gputopo's gate at
+    index 1), and the other gate stays."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    gate = threading.Event()
+    real = api.patch_claim_status
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate.wait(10.0)
+        return real(*args, **kwargs)
+
+    api.patch_claim_status = slow  # type: ignore[method-assign]
+    api.add_claim(claim_obj("ns", "busy", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "busy", [("g", "busy")]))
+    alloc.sync("ns/busy")  # the one writer now waits
+    api.add_claim(_nic("nic"))
+    api.add_pod(pod_obj("ns", "p", [("n", "nic")]))
+    alloc.sync("ns/p")  # its release queued behind
+    alloc.sync("ns/p")
+    live = api.pods["ns/p"]
+    live["spec"]["schedulingGates"].insert(0, {"name": "example.com/other"})
+    alloc.on_pod("MODIFIED", copy.deepcopy(live))
+    alloc.sync("ns/p")
+    gate.set()
+    drain(alloc)
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == [{"name": "example.com/other"}]
+    assert api.writes.count(("pod", "ns/p")) == 1
+    assert alloc.metrics.write_errors == 0
+
+
+def test_a_pod_released_with_its_claim_allocated_is_decided_again_when_it_is_freed() -> None:
+    """Pod p shares claim c with a pod bound before it: c is allocated already, so the
+    allocator only removes p's gate. kube-scheduler then deallocates c (its PostFilter: the
+    node does not suit p): p is decided again and c allocated anew."""
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "first", [("g", "c")]))
+    drain(alloc)
+    api.bind("ns/first", "n0", "2026-01-01T00:00:01Z")
+    api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    drain(alloc)  # allocated already: only the gate goes
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+    assert api.writes.count(("claim", "ns/c")) == 1
+    obj = api.claims["ns/c"]
+    obj["status"] = {}
+    obj["metadata"]["resourceVersion"] = "999"
+    alloc.on_claim("MODIFIED", copy.deepcopy(obj))
+    drain(alloc)
+    assert api.writes.count(("claim", "ns/c")) == 2
+    assert api.claims["ns/c"]["status"].get("allocation")
