@@ -111,7 +111,7 @@ def _held_write(api: FakeAPI) -> threading.Event:
 
 def test_gpus_whose_write_is_in_flight_are_not_handed_out_again() -> None:
     """Pod a is decided, its claim write still in flight: pod b, decided meanwhile on the same
-    node, gets other GPUs; a decided pod is not listed as waiting."""
+    node, gets other GPUs; a decided pod is not listed as waiting, nor decided again."""
     alloc, api = cluster({"n0": "dgx1-v100"})
     gate = _held_write(api)
     for name, n in (("a", 4), ("b", 4)):
@@ -121,8 +121,10 @@ def test_gpus_whose_write_is_in_flight_are_not_handed_out_again() -> None:
     assert alloc.pending() == {}
     alloc.sync("ns/b")
     assert alloc.pending() == {}
+    alloc.sync("ns/a")  # looked at again while its writes run: not decided again
     gate.set()
     drain(alloc)
+    assert alloc.metrics.decisions == 2
     a, b = (set(api.claims[f"ns/{n}"]["status"]["allocation"]["devices"]["results"][i]["device"]
                 for i in range(4)) for n in ("a", "b"))
     assert len(a) == len(b) == 4 and not a & b

@@ -22,7 +22,7 @@ from tests.scheduler_extender.dra_fakes import (
     pod_obj,
     share,
 )
-from topology import dra
+from topology import catalog, dra
 
 
 def _results(api: FakeAPI, claim: str) -> list[dict[str, Any]]:
@@ -281,3 +281,86 @@ def test_a_pod_released_with_its_claim_allocated_is_decided_again_when_it_is_fre
     drain(alloc)
     assert api.writes.count(("claim", "ns/c")) == 2
     assert api.claims["ns/c"]["status"].get("allocation")
+
+
+def test_a_device_classs_config_goes_into_the_allocations_while_the_class_has_it() -> None:
+    """kube-scheduler copies a DeviceClass's ``spec.config`` into each allocation of a claim
+    asking it (source ``FromClass``); so does the allocator, with the class as last seen —
+    none once the class is deleted."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    opaque = {"opaque": {"driver": dra.DRIVER, "parameters": {"mode": "exclusive"}}}
+    cls = next(c for c in dra.device_classes() if c["metadata"]["name"] == dra.CLASS_GPU)
+    cls = copy.deepcopy(cls)
+    cls["spec"]["config"] = [opaque]
+    alloc.on_class("MODIFIED", cls)
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert api.claims["ns/a"]["status"]["allocation"]["devices"]["config"] == [
+        {"source": "FromClass", "requests": ["g"], **opaque}]
+    alloc.on_class("DELETED", cls)
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "b", [("g", "b")]))
+    drain(alloc)
+    assert not api.claims["ns/b"]["status"]["allocation"]["devices"].get("config")
+
+
+def test_a_node_or_pool_withdrawn_is_not_allocated_on() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    alloc.on_node("DELETED", api_node(alloc, "n0"))
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert api.claims["ns/a"]["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0][
+        "matchFields"][0]["values"] == ["n1"]
+    alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    for s in dra.resource_slices(catalog.get("dgx1-v100"), "n0"):
+        alloc.on_slice("DELETED", s)
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "a")]))
+    drain(alloc)
+    assert api.claims["ns/a"]["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0][
+        "matchFields"][0]["values"] == ["n1"]
+
+
+def api_node(alloc: Any, name: str) -> dict[str, Any]:
+    """The Node object the allocator holds for ``name``."""
+    with alloc._lock:  # noqa: SLF001 - the object the fake cluster fed it
+        return dict(alloc._nodes[name])  # noqa: SLF001
+
+
+def _template_pod(name: str, claim: str | None) -> dict[str, Any]:
+    """A pod with one claim from a ResourceClaimTemplate; ``claim``: the name the
+    resourceclaim controller recorded (None: no claim needed)."""
+    pod = pod_obj("ns", name, [])
+    pod["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "tmpl"}]
+    pod["status"]["resourceClaimStatuses"] = [{"name": "g", "resourceClaimName": claim}]
+    return pod
+
+
+def test_a_template_claim_is_allocated_only_for_the_pod_owning_it() -> None:
+    """The claim a template generated is allocated for the pod that owns it; one left by an
+    earlier pod of that name (another UID) is not — the pod waits for its own."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = _template_pod("p", "p-g-1")
+    api.add_claim(claim_obj("ns", "p-g-1", [gpus("g", 2)], owner=pod))
+    api.add_pod(pod)
+    drain(alloc)
+    assert len(_results(api, "ns/p-g-1")) == 2
+    stale_owner = _template_pod("q", "q-g-1")
+    api.add_claim(claim_obj("ns", "q-g-1", [gpus("g", 2)], owner=stale_owner))
+    api.add_pod(_template_pod("q", "q-g-1"))  # a new pod q: another UID
+    drain(alloc)
+    assert api.claims["ns/q-g-1"]["status"] == {}
+    assert api.pods["ns/q"]["spec"]["schedulingGates"]
+
+
+def test_a_claim_the_controller_found_not_needed_does_not_hide_the_next() -> None:
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = _template_pod("p", None)
+    pod["spec"]["resourceClaims"].append({"name": "h", "resourceClaimName": "c"})
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod)
+    drain(alloc)
+    assert len(_results(api, "ns/c")) == 2
+    assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
