@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from scheduler_extender.dra.allocator import assign_tolerated, node_admits
@@ -106,6 +106,8 @@ def _brute(arrangement: Sequence[int], counts: Sequence[int],
         st.permutations(range(sum(counts))),
         st.lists(st.sets(st.integers(0, sum(counts) - 1), max_size=sum(counts)),
                  min_size=len(counts), max_size=len(counts)))))
+# both of request 1's own GPUs forbidden to it: two GPUs must move into it, one at a time
+@example(([2, 2], [0, 1, 2, 3], [set(), {2, 3}]))
 def test_assign_tolerated_hands_out_every_gpu_once_and_only_where_allowed(
         case: tuple[list[int], list[int], list[set[int]]]) -> None:
     counts, arrangement, forbidden = case
