@@ -158,6 +158,7 @@ def test_a_claim_allocated_already_decides_the_node_of_the_rest() -> None:
     other claims on that node, whatever the policy would prefer elsewhere; a pod whose
     allocated claims are on two nodes cannot be placed, and says so."""
     alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    _add(api, "five", 5, **_on("n0"))  # n0 the fuller: packing alone would choose it
     _add(api, "first", 2, **_on("n1"))
     drain(alloc)
     api.add_claim(claim_obj("ns", "own", [gpus("g", 2)]))
@@ -182,6 +183,7 @@ def test_a_pod_kube_scheduler_refused_on_every_node_is_tried_on_them_again() -> 
     the pod — every node refused once, it tries them all again (not the node its selector
     keeps it off)."""
     alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
+    _add(api, "fill", 4, **_on("n1"))  # n1 the fuller: packing alone would choose it
     api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
     api.add_pod(pod_obj("ns", "p", [("g", "c")], **_on("n0")))
     drain(alloc)

@@ -78,10 +78,11 @@ def test_a_failed_claim_write_frees_its_gpus_and_the_pod_is_tried_again() -> Non
     second's GPUs are not held, the error is counted, and the pod is decided again — its
     second claim on the first's node, no GPU twice."""
     alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
-    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)]))
-    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
+    pod = pod_obj("ns", "p", [("x", "a"), ("y", "b")])  # owns its claims: no finalizer
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)], owner=pod))  # write (and its event)
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)], owner=pod))
     tries = _fail_once(api, "ns/b", ApiError("500 injected", 500))
-    api.add_pod(pod_obj("ns", "p", [("x", "a"), ("y", "b")]))
+    api.add_pod(pod)
     drain(alloc)
     assert tries[0] == 2
     assert alloc.metrics.write_errors == 1
@@ -95,9 +96,10 @@ def test_a_failed_claim_write_frees_its_gpus_and_the_pod_is_tried_again() -> Non
 
 def test_an_unexpected_error_in_the_writes_is_retried_too() -> None:
     alloc, api = cluster({"n0": "dgx1-v100"})
-    api.add_claim(claim_obj("ns", "a", [gpus("g", 3)]))
+    pod = pod_obj("ns", "p", [("x", "a")])
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 3)], owner=pod))  # no finalizer write
     tries = _fail_once(api, "ns/a", RuntimeError("the client broke"))
-    api.add_pod(pod_obj("ns", "p", [("x", "a")]))
+    api.add_pod(pod)
     drain(alloc)
     assert tries[0] == 2
     assert len(_results(api, "ns/a")) == 3
