@@ -12,9 +12,13 @@ from typing import Any
 from scheduler_extender.kubernetes_state import ApiError
 from scheduler_extender.pending import CONDITION_POSTPONED
 from tests.scheduler_extender.dra_fakes import FakeAPI, claim_obj, cluster, drain, gpus, pod_obj
-from tests.scheduler_extender.test_dra_allocator import _placed_lost, _three_postponed
+from tests.scheduler_extender.test_dra_allocator import (
+    _five_on_the_issue_set,
+    _placed_lost,
+    _three_postponed,
+)
 from topology import dra
-from topology.contract import ANN_GPU_INDICES, ANN_NODE
+from topology.contract import ANN_GPU_INDICES, ANN_NODE, ANN_PATTERN
 
 
 def test_a_pod_that_waits_gets_a_gpu_allocation_pending_event() -> None:
@@ -286,3 +290,14 @@ def test_a_continued_clock_is_not_ended_early_while_the_claim_is_awaited() -> No
     assert fresh.recheck_postponed() == ["ns/three"]
     fresh.stop()
     alloc.stop()
+
+
+def test_without_a_bound_a_pod_never_shows_the_postponement_condition() -> None:
+    """``postpone_max_s`` 0 turns the postponement off: issue 24's ring takes {1,5,6} at
+    once and its pod never carries the condition (not even for a moment)."""
+    alloc, api = _five_on_the_issue_set(postpone_max_s=0)
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    assert len(api.claims["ns/three"]["status"]["allocation"]["devices"]["results"]) == 3
+    assert ("conditions", "ns/three") not in api.writes
