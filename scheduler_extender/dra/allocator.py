@@ -238,10 +238,8 @@ class Metrics:
     allocated_claims: int = 0
     released_pods: int = 0
     decisions: int = 0
-    waiting: int = 0
     write_errors: int = 0
     requeued_after_deallocation: int = 0
-    decision_seconds: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -272,6 +270,8 @@ class Allocator:
             better set, s from its first postponement (module docstring); 0 = never.
         monotonic: the clock of that bound, s (tests pin it).
         wall: the wall clock (Unix s) of the postponement condition (tests pin it).
+        observe_decision: called with each placement decision's duration, s (the service's
+            histogram).
     """
 
     def __init__(
@@ -281,6 +281,7 @@ class Allocator:
         postpone_max_s: float = POSTPONE_MAX_S,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        observe_decision: Callable[[float], None] | None = None,
     ) -> None:
         self.state = state
         self.api = api
@@ -289,6 +290,7 @@ class Allocator:
         self.profiles = profiles or ProfileLayers()
         self.decider = Decider(state, memory_unit_mib=1)
         self.metrics = Metrics()
+        self._observe_decision = observe_decision
         self._clock = clock or (lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
@@ -633,9 +635,8 @@ class Allocator:
                 self._wait(key, f"cannot allocate: {exc}")
                 return
             self.metrics.decisions += 1
-            self.metrics.decision_seconds.append(time.perf_counter() - t0)
-            if len(self.metrics.decision_seconds) > 10_000:
-                del self.metrics.decision_seconds[:5_000]
+            if self._observe_decision is not None:
+                self._observe_decision(time.perf_counter() - t0)
             best = self._best(rows)
             chosen = best.outcome.decision if best is not None else None
             if best is None or chosen is None:
@@ -877,7 +878,6 @@ class Allocator:
                 return
             changed = rec.reason != reason
             rec.reason = reason
-            self.metrics.waiting = sum(1 for r in self._pods.values() if r.reason)
             pod = rec.pod
         if not changed:
             return

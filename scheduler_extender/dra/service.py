@@ -8,14 +8,19 @@ co-located jobs from their pods' ``gputopo.io/colocation`` annotation, then the 
 yet. A restarted (or newly elected) allocator therefore neither loses an allocation nor hands
 out a GPU twice.
 
-Metrics (prometheus-client text format)::
+Metrics (prometheus-client's exposition, read at each scrape)::
 
     gputopo_dra_allocator_leader                 1 while this replica holds the Lease
     gputopo_dra_allocator_ready                  1 once the state is synced
     gputopo_dra_allocator_claims_allocated_total claims whose allocation was written
     gputopo_dra_allocator_pods_released_total    pods whose scheduling gate was removed
     gputopo_dra_allocator_decisions_total        placement decisions made
+    gputopo_dra_allocator_decision_seconds       histogram: one placement decision's time, s
     gputopo_dra_allocator_write_errors_total     failed API writes (the pod is tried again)
+    gputopo_dra_allocator_requeued_after_deallocation_total
+                                                 claims kube-scheduler's PostFilter
+                                                 deallocated while their pod waited (decided
+                                                 again without that node)
     gputopo_dra_allocator_waiting_pods           pods waiting for GPUs
     gputopo_dra_allocator_held_claims            allocated gputopo claims the state holds
     gputopo_dra_allocator_device_taint_rules     DeviceTaintRules applied to the devices
@@ -33,6 +38,9 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scheduler_extender.dra.allocator import Allocator
 from scheduler_extender.dra.claims import ClaimAsk
@@ -194,6 +202,39 @@ class Feeds:
             log.warning("%s relist failed: %s", kind, exc)
 
 
+class _Collector:
+    """The allocator's counters and the state's sizes as metric families, read at each
+    scrape (the allocator itself keeps plain integers: :class:`~.allocator.Metrics`)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.service
+        m = s.allocator.metrics
+        yield GaugeMetricFamily("gputopo_dra_allocator_leader",
+                                "1 while this replica holds the Lease.", value=int(s.leading))
+        yield GaugeMetricFamily("gputopo_dra_allocator_ready", "1 once the state is synced.",
+                                value=int(s.synced))
+        for name, doc, value in (
+            ("claims_allocated", "Claims whose allocation was written.", m.allocated_claims),
+            ("pods_released", "Pods whose scheduling gate was removed.", m.released_pods),
+            ("decisions", "Placement decisions made.", m.decisions),
+            ("write_errors", "Failed API writes (the pod is tried again).", m.write_errors),
+            ("requeued_after_deallocation", "Claims kube-scheduler deallocated while their pod "
+             "waited (decided again without that node).", m.requeued_after_deallocation),
+        ):
+            yield CounterMetricFamily(f"gputopo_dra_allocator_{name}", doc, value=value)
+        yield GaugeMetricFamily("gputopo_dra_allocator_waiting_pods", "Pods waiting for GPUs.",
+                                value=len(s.allocator.pending()))
+        yield GaugeMetricFamily("gputopo_dra_allocator_held_claims",
+                                "Allocated gputopo claims the state holds.",
+                                value=sum(1 for a in s.state.book.all() if a.confirmed))
+        yield GaugeMetricFamily("gputopo_dra_allocator_device_taint_rules",
+                                "DeviceTaintRules applied to the devices.",
+                                value=s.state.taint_rule_count())
+
+
 class _Probes(BaseHTTPRequestHandler):
     """``/healthz`` (alive), ``/readyz`` (synced and, with leader election, leading or
     standing by) and ``/metrics``."""
@@ -229,38 +270,34 @@ class Service:
                                                  bind_connections=settings.writers)
         profiles = ProfileLayers(settings.profile_catalog, settings.user_profiles)
         self.state = DraState()
+        self.registry = CollectorRegistry()
+        self.decision_seconds = Histogram(
+            "gputopo_dra_allocator_decision_seconds", "One placement decision's time, s.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=self.registry)
         self.allocator = Allocator(self.state, self.api, policy=settings.policy,
                                    colocation_policy=settings.colocation_policy,
                                    profiles=profiles, writers=settings.writers,
-                                   postpone_max_s=settings.postpone_max_s)
+                                   postpone_max_s=settings.postpone_max_s,
+                                   observe_decision=self.decision_seconds.observe)
+        self.registry.register(_Collector(self))
         self.feeds = Feeds(self.api, self.allocator)
         self.leading = not settings.leader_elect
         self._synced = False
         self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def synced(self) -> bool:
+        """The state has been rebuilt from the API (this replica leads, or led)."""
+        return self._synced
 
     def ready(self) -> bool:
         """Alive and, when leading, synced (a standby is ready: it only waits)."""
         return self._synced or not self.leading
 
     def metrics_text(self) -> str:
-        """The metrics page."""
-        m = self.allocator.metrics
-        rows = [
-            ("gputopo_dra_allocator_leader", "gauge", int(self.leading)),
-            ("gputopo_dra_allocator_ready", "gauge", int(self._synced)),
-            ("gputopo_dra_allocator_claims_allocated_total", "counter", m.allocated_claims),
-            ("gputopo_dra_allocator_pods_released_total", "counter", m.released_pods),
-            ("gputopo_dra_allocator_decisions_total", "counter", m.decisions),
-            ("gputopo_dra_allocator_write_errors_total", "counter", m.write_errors),
-            ("gputopo_dra_allocator_waiting_pods", "gauge", len(self.allocator.pending())),
-            ("gputopo_dra_allocator_held_claims", "gauge",
-             sum(1 for a in self.state.book.all() if a.confirmed)),
-            ("gputopo_dra_allocator_device_taint_rules", "gauge", self.state.taint_rule_count()),
-        ]
-        out = []
-        for name, kind, value in rows:
-            out += [f"# TYPE {name} {kind}", f"{name} {value}"]
-        return "\n".join(out) + "\n"
+        """The metrics page (module docstring), in prometheus-client's text exposition."""
+        return generate_latest(self.registry).decode()
 
     def serve_probes(self) -> None:
         """Start the probe/metrics HTTP server (port 0: none)."""

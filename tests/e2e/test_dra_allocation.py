@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import time
 import urllib.request
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from localcluster import Binaries, standing
 from localcluster.controlplane import wait_until
@@ -75,9 +75,11 @@ class Up:
     def metric(self, name: str) -> float:
         with urllib.request.urlopen(f"{self.allocator_url()}/metrics", timeout=5) as resp:
             text = resp.read().decode()
-        m = re.search(rf"^{name} (\S+)$", text, re.M)
-        assert m is not None, name
-        return float(m.group(1))
+        for family in text_string_to_metric_families(text):  # as Prometheus reads it
+            for sample in family.samples:
+                if sample.name == name and not sample.labels:
+                    return float(sample.value)
+        raise AssertionError(f"{name} not on the metrics page")
 
 
 @pytest.fixture(scope="module")

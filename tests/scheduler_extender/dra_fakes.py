@@ -220,6 +220,14 @@ def cluster(nodes: Mapping[str, str | Topology], *, taints: Mapping[str, Sequenc
     state = DraState()
     alloc = Allocator(state, api, writers=1, clock=lambda: "2026-01-01T00:00:00Z", **kwargs)
     api.allocator = alloc
+    populate(alloc, nodes, taints=taints)
+    return alloc, api
+
+
+def populate(alloc: Allocator, nodes: Mapping[str, str | Topology], *,
+             taints: Mapping[str, Sequence[Any]] = {}) -> None:
+    """Feed ``alloc`` the Nodes ``nodes`` (name → catalog machine), their ResourceSlices and
+    the contract's DeviceClasses, and mark its state synced."""
     for name, machine in nodes.items():
         topo = machine if isinstance(machine, Topology) else catalog.get(machine)
         obj = node_obj(name, topo)
@@ -231,8 +239,7 @@ def cluster(nodes: Mapping[str, str | Topology], *, taints: Mapping[str, Sequenc
     for c in dra.device_classes():
         alloc.on_class("ADDED", c)
     for kind in ("nodes", "slices", "claims"):
-        state.mark_synced(kind)
-    return alloc, api
+        alloc.state.mark_synced(kind)
 
 
 def drain(alloc: Allocator) -> None:
