@@ -698,7 +698,7 @@ class Allocator:
         log.info("pod %s -> %s gpus=%s effbw=%.1fGB/s policy=%s claims=%s", key, best.name,
                  ",".join(map(str, decision.mapping)), decision.effective_bandwidth_gbps,
                  decision.policy, ",".join(g.claim.name for g in grants))
-        self._writers.submit(self._write, key, rec, best.name, grants, decision)
+        self._writers.submit(self._write, key, rec, best.name, grants)
 
     def _blocked(self, node: str, request: RequestAsk) -> dict[int, DeviceTaint]:
         """GPU index → the first taint of its device (of the request's kind) on ``node``
@@ -759,8 +759,7 @@ class Allocator:
         return Allocation(ref, node, gpus, confirmed=False)
 
     # ------------------------------------------------------------------ writing
-    def _write(self, key: str, rec: _PodRecord, node: str, grants: list[Grant],
-               decision: Decision) -> None:
+    def _write(self, key: str, rec: _PodRecord, node: str, grants: list[Grant]) -> None:
         pod = rec.pod
         meta = _meta(pod)
         ns, name, uid = key.split("/")[0], str(meta.get("name")), str(meta.get("uid") or "")
