@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -258,3 +259,17 @@ def drain(alloc: Allocator) -> None:
 def _writes_done(alloc: Allocator) -> None:
     alloc._writers.submit(lambda: None).result()  # noqa: SLF001 - the test drives the writes
     alloc._conditions.submit(lambda: None).result()  # noqa: SLF001
+
+
+def held_claim_writes(api: FakeAPI) -> threading.Event:
+    """Hold every claim status write of ``api`` until the returned gate is set (a slow API
+    server: the write is in flight meanwhile)."""
+    gate = threading.Event()
+    real = api.patch_claim_status
+
+    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        gate.wait(10.0)
+        return real(*args, **kwargs)
+
+    api.patch_claim_status = slow  # type: ignore[method-assign]
+    return gate

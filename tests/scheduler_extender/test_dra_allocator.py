@@ -24,6 +24,7 @@ from tests.scheduler_extender.dra_fakes import (
     cluster,
     drain,
     gpus,
+    held_claim_writes,
     pod_obj,
     share,
     slot,
@@ -313,17 +314,9 @@ def test_a_pod_event_during_its_writes_does_not_decide_it_twice() -> None:
     status update, say) while its claim write is in flight: the pod must not be decided again
     (a second decision would take other GPUs and, until the first write showed up, leave the
     first set looking free)."""
-    import threading
 
     alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
-    gate = threading.Event()
-    real = api.patch_claim_status
-
-    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        gate.wait(10)
-        return real(*args, **kwargs)
-
-    api.patch_claim_status = slow  # type: ignore[method-assign]
+    gate = held_claim_writes(api)
     pod = pod_obj("ns", "p", [("g", "c")])
     again = copy.deepcopy(pod)
     again["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]

@@ -20,6 +20,7 @@ from tests.scheduler_extender.dra_fakes import (
     pod_obj,
     slot,
 )
+from tests.scheduler_extender.test_dra_allocator import _indices, _node
 from topology import catalog, dra
 from topology.contract import (
     ANN_COLOCATION,
@@ -36,16 +37,6 @@ from topology.policies.evaluate import Evaluator
 
 DGX1 = catalog.get("dgx1-v100")
 place = Evaluator().place
-
-
-def _indices(claim: dict[str, Any]) -> list[int]:
-    return [dra.parse_device_name(r["device"]).index
-            for r in claim["status"]["allocation"]["devices"]["results"]]
-
-
-def _node(claim: dict[str, Any]) -> str:
-    sel = claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]
-    return str(sel["matchFields"][0]["values"][0])
 
 
 def _add(api: FakeAPI, name: str, count: int, ann: dict[str, str] | None = None,
@@ -110,6 +101,20 @@ def test_the_best_scoring_node_wins_over_a_fuller_one() -> None:
     assert DGX1.link_bandwidth(*_indices(api.claims["ns/pair"])) > DGX1.link_bandwidth(0, 5)
 
 
+def _a_tolerant_b_not(taint: dict[str, str], claims: list[tuple[str, str]]
+                      ) -> tuple[FakeAPI, list[int], list[int]]:
+    """A DGX-1 V100 whose GPU 2 carries ``taint``; one sensitive 4-GPU ring pod with claims
+    ``a`` (2 GPUs, tolerating it) and ``b`` (2 GPUs, tolerating nothing) in the order
+    ``claims``, decided. Returns the API and the GPUs of ``a`` and of ``b``."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    _taint(alloc, (2,), taint)
+    api.add_claim(_tolerant("a", 2))
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "p", claims, annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    return api, _indices(api.claims["ns/a"]), _indices(api.claims["ns/b"])
+
+
 def test_a_set_handed_out_again_for_a_requests_taints_reports_the_layout_it_got() -> None:
     """GPU 2 drained: claim A (2 GPUs) tolerates the drain, claim B (2 GPUs) does not. The
     policy's best 4-GPU ring on the node is {0,1,2,3} laid 0,1,2,3 — B's half would hold GPU 2
@@ -120,13 +125,7 @@ def test_a_set_handed_out_again_for_a_requests_taints_reports_the_layout_it_got(
     ring = parse_pattern("ring", 4)
     best = place("gputopo", DGX1, NodeState(), Request(count=4, pattern=ring))
     assert best.mapping[2] == 2  # B's half of the policy's layout holds GPU 2
-    alloc, api = cluster({"n0": "dgx1-v100"})
-    _taint(alloc, (2,), drained)
-    api.add_claim(_tolerant("a", 2))
-    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
-    api.add_pod(pod_obj("ns", "p", [("x", "a"), ("y", "b")], annotations={ANN_PATTERN: "ring"}))
-    drain(alloc)
-    a, b = _indices(api.claims["ns/a"]), _indices(api.claims["ns/b"])
+    api, a, b = _a_tolerant_b_not(drained, [("x", "a"), ("y", "b")])
     assert sorted(a + b) == sorted(best.gpus) and 2 in a and 2 not in b
     ann = api.pods["ns/p"]["metadata"]["annotations"]
     assert ann[ANN_GPU_INDICES] == ",".join(map(str, best.gpus))
@@ -143,13 +142,7 @@ def test_the_intolerant_request_first_still_gets_the_policys_set() -> None:
     ring = parse_pattern("ring", 4)
     best = place("gputopo", DGX1, NodeState(), Request(count=4, pattern=ring))
     assert 2 in best.gpus and 2 not in best.mapping[:2]
-    alloc, api = cluster({"n0": "dgx1-v100"})
-    _taint(alloc, (2,), drained)
-    api.add_claim(_tolerant("a", 2))
-    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)]))
-    api.add_pod(pod_obj("ns", "p", [("y", "b"), ("x", "a")], annotations={ANN_PATTERN: "ring"}))
-    drain(alloc)
-    a, b = _indices(api.claims["ns/a"]), _indices(api.claims["ns/b"])
+    api, a, b = _a_tolerant_b_not(drained, [("y", "b"), ("x", "a")])
     assert b + a == list(best.mapping) and 2 not in b
 
 

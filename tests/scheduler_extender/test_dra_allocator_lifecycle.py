@@ -11,7 +11,14 @@ from typing import Any
 
 from scheduler_extender.kubernetes_state import ApiError
 from scheduler_extender.pending import CONDITION_POSTPONED
-from tests.scheduler_extender.dra_fakes import FakeAPI, claim_obj, cluster, drain, gpus, pod_obj
+from tests.scheduler_extender.dra_fakes import (
+    claim_obj,
+    cluster,
+    drain,
+    gpus,
+    held_claim_writes,
+    pod_obj,
+)
 from tests.scheduler_extender.test_dra_allocator import (
     _five_on_the_issue_set,
     _placed_lost,
@@ -81,14 +88,7 @@ def test_stop_waits_for_the_writes_in_flight() -> None:
     """A claim write still in flight when the allocator stops (a leader stepping down) lands
     before ``stop`` returns: the pod is not left with half its writes."""
     alloc, api = cluster({"n0": "dgx1-v100"})
-    gate = threading.Event()
-    real = api.patch_claim_status
-
-    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        gate.wait(10.0)
-        return real(*args, **kwargs)
-
-    api.patch_claim_status = slow  # type: ignore[method-assign]
+    gate = held_claim_writes(api)
     api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
     api.add_pod(pod_obj("ns", "p", [("g", "c")]))
     alloc.sync("ns/p")  # decided; the claim write waits for the gate
@@ -100,24 +100,11 @@ def test_stop_waits_for_the_writes_in_flight() -> None:
     opener.join()
 
 
-def _held_write(api: FakeAPI) -> threading.Event:
-    """Hold every claim write until the returned gate is set."""
-    gate = threading.Event()
-    real = api.patch_claim_status
-
-    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        gate.wait(10.0)
-        return real(*args, **kwargs)
-
-    api.patch_claim_status = slow  # type: ignore[method-assign]
-    return gate
-
-
 def test_gpus_whose_write_is_in_flight_are_not_handed_out_again() -> None:
     """Pod a is decided, its claim write still in flight: pod b, decided meanwhile on the same
     node, gets other GPUs; a decided pod is not listed as waiting, nor decided again."""
     alloc, api = cluster({"n0": "dgx1-v100"})
-    gate = _held_write(api)
+    gate = held_claim_writes(api)
     for name, n in (("a", 4), ("b", 4)):
         api.add_claim(claim_obj("ns", name, [gpus("g", n)]))
         api.add_pod(pod_obj("ns", name, [("g", name)]))
@@ -140,7 +127,7 @@ def test_a_claim_shared_by_two_pods_decided_at_once_is_allocated_once() -> None:
     own claim's reservation too — and b is decided again once ``shared`` is allocated: its
     own claim on the same node, on GPUs of its own."""
     alloc, api = cluster({"n0": "dgx1-v100", "n1": "dgx1-v100"})
-    gate = _held_write(api)
+    gate = held_claim_writes(api)
     api.add_claim(claim_obj("ns", "shared", [gpus("g", 2)]))
     api.add_claim(claim_obj("ns", "own", [gpus("g", 2)]))
     api.add_pod(pod_obj("ns", "a", [("s", "shared")]))

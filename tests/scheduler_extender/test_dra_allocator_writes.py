@@ -6,7 +6,6 @@ nothing held, the pod tried again unless it is gone, the counters the service ex
 from __future__ import annotations
 
 import copy
-import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -19,6 +18,7 @@ from tests.scheduler_extender.dra_fakes import (
     cluster,
     drain,
     gpus,
+    held_claim_writes,
     pod_obj,
     share,
 )
@@ -237,14 +237,7 @@ def test_a_release_in_flight_is_not_started_twice_and_patches_the_pod_as_last_se
     gputopo's: one release, of the pod as the watch last delivered it (gputopo's gate at
     index 1), and the other gate stays."""
     alloc, api = cluster({"n0": "dgx1-v100"})
-    gate = threading.Event()
-    real = api.patch_claim_status
-
-    def slow(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        gate.wait(10.0)
-        return real(*args, **kwargs)
-
-    api.patch_claim_status = slow  # type: ignore[method-assign]
+    gate = held_claim_writes(api)
     api.add_claim(claim_obj("ns", "busy", [gpus("g", 1)]))
     api.add_pod(pod_obj("ns", "busy", [("g", "busy")]))
     alloc.sync("ns/busy")  # the one writer now waits
