@@ -197,8 +197,10 @@ def minor_numbers(topology: Topology, proc: Path | None) -> dict[int, int]:
             continue
         for line in text.splitlines():
             key, _, value = line.partition(":")
+            if key.strip() != "Device Minor":
+                continue
             minor = decimal_int(value)
-            if key.strip() == "Device Minor" and minor is not None:
+            if minor is not None:
                 out[g.index] = minor
                 break
     return out
