@@ -43,7 +43,7 @@ from topology.model import TopologyError
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import Request, RequestError
 from topology.sources import load_topology
-from topology.text import read_utf8
+from topology.text import load_json, load_yaml, read_utf8
 
 #: The issue-23 cluster: 4 blocks × 4 racks × 8 DGX-class nodes.
 DEFAULT_MACHINE = "dgx1-v100"
@@ -295,8 +295,8 @@ def _read(path: Path) -> Any:
     except OSError as exc:
         raise SimulationError(f"cannot read workload file {path}: {exc.strerror}") from None
     try:
-        return yaml.safe_load(text) if path.suffix.lower() in (".yaml", ".yml") else \
-            json.loads(text)
+        return load_yaml(text) if path.suffix.lower() in (".yaml", ".yml") else \
+            load_json(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SimulationError(f"workload file {path} is malformed: {first}") from None

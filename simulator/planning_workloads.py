@@ -60,7 +60,7 @@ from topology.planning.profiles import (
     parse_profiles,
 )
 from topology.sources import load_topology
-from topology.text import read_utf8
+from topology.text import load_json, load_yaml, read_utf8
 
 
 @dataclass(frozen=True)
@@ -358,7 +358,7 @@ def read_document(path: str) -> Any:
     except OSError as exc:
         raise SimulationError(f"cannot read workload file {path}: {exc.strerror}") from None
     try:
-        return json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+        return load_json(text) if p.suffix.lower() == ".json" else load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SimulationError(f"workload file {path} is malformed: {first}") from None

@@ -69,7 +69,7 @@ from topology.colocation.sources import (
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.amaral import lookup_profile
 from topology.policies.base import Request, RequestError, SharedRequest
-from topology.text import read_utf8
+from topology.text import load_json, load_yaml, read_utf8
 
 # ------------------------------------------------------------------------------ networks
 
@@ -773,9 +773,9 @@ def load_file(path: str) -> Workload:
             doc: Any = {"name": p.stem, "jobs": [{k: v for k, v in r.items() if v != ""}
                                                  for r in rows]}
         elif suffix in (".yaml", ".yml"):
-            doc = yaml.safe_load(text)
+            doc = load_yaml(text)
         else:
-            doc = json.loads(text)
+            doc = load_json(text)
     except (json.JSONDecodeError, yaml.YAMLError, csv.Error) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise SimulationError(f"workload file {path} is malformed: {first}") from None

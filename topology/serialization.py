@@ -25,6 +25,7 @@ from topology.model import (
     format_cpu_list,
     parse_cpu_list,
 )
+from topology.text import load_json
 
 SCHEMA_VERSION: Literal["gputopo.io/v1"] = "gputopo.io/v1"
 SUPPORTED_VERSIONS: tuple[str, ...] = (SCHEMA_VERSION,)
@@ -195,7 +196,7 @@ def loads(text: str | bytes) -> Topology:
             supported ones), a schema violation (first problem named), or inconsistent links.
     """
     try:
-        raw = json.loads(text)
+        raw = load_json(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise TopologyError(
             f"topology is not valid JSON: {exc.msg if hasattr(exc, 'msg') else exc}"

@@ -23,7 +23,7 @@ from pydantic import AliasChoices, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
-from topology.text import read_utf8
+from topology.text import load_yaml, read_utf8
 
 _FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("gputopo_config_file", default=None)
 
@@ -44,11 +44,12 @@ def read_settings_file(path: Path, fields: Iterable[str]) -> dict[str, Any]:
         fields: the names the settings class knows (``Cls.model_fields``).
 
     Raises:
-        SettingsError: unreadable file, not UTF-8, invalid YAML, not a mapping, or unknown
-            keys (named).
+        SettingsError: unreadable file, not UTF-8, invalid YAML, not a mapping, a setting
+            given twice (one key spelled twice, or ``node-name`` beside ``node_name``), or
+            unknown keys (named).
     """
     try:
-        raw = yaml.safe_load(read_utf8(path))
+        raw = load_yaml(read_utf8(path))
     except OSError as exc:
         raise SettingsError(
             f"cannot read config file {str(path)!r}: {exc.strerror or exc}") from None
@@ -59,7 +60,14 @@ def read_settings_file(path: Path, fields: Iterable[str]) -> dict[str, Any]:
         return {}
     if not isinstance(raw, dict):
         raise SettingsError(f"config file {str(path)!r} must be a mapping of settings")
-    data = {str(k).strip().lstrip("-").replace("-", "_"): v for k, v in raw.items()}
+    data: dict[str, Any] = {}
+    spelled: dict[str, str] = {}
+    for k, v in raw.items():
+        name = str(k).strip().lstrip("-").replace("-", "_")
+        if name in data:
+            raise SettingsError(f"config file {str(path)!r} sets {name!r} twice (as "
+                                f"{spelled[name]!r} and {str(k)!r})")
+        data[name], spelled[name] = v, str(k)
     known = list(fields)
     unknown = sorted(set(data) - set(known))
     if unknown:

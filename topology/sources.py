@@ -50,6 +50,7 @@ import yaml
 from topology import catalog, nvidia_smi, serialization
 from topology.discovery.nvml import DEFAULT_NVLINK_GENERATION, normalize_bus_id
 from topology.model import GPU, Topology, TopologyError, format_cpu_list
+from topology.text import DuplicateKeyError, load_yaml
 
 #: Refuse files larger than this (bytes): topology files are a few KiB.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -298,7 +299,9 @@ def load_topology_text(text: str, *, name: str = "topology", origin: str = "<tex
         if nvidia_smi.is_topo_matrix(stripped):
             return nvidia_smi.parse_topo_matrix(stripped, name=name)
         try:
-            data = yaml.safe_load(stripped)
+            data = load_yaml(stripped)
+        except DuplicateKeyError as exc:
+            raise TopologyError(f"YAML topology: {exc.problem}") from None
         except yaml.YAMLError:
             data = None
         if isinstance(data, dict) and "schemaVersion" in data:

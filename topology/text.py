@@ -1,10 +1,19 @@
 """Reading what people and programs write: small numbers in annotations, labels, flags and
-device IDs, and the text files they hand the programs."""
+device IDs, the text files they hand the programs, and the YAML and JSON in those files."""
 
 from __future__ import annotations
 
 import errno
+import json
+import re
 from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
 def decimal_int(text: str) -> int | None:
@@ -36,3 +45,80 @@ def read_utf8(path: Path) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise OSError(errno.EILSEQ, "not UTF-8 text", str(path)) from None
+
+
+class DuplicateKeyError(ConstructorError):
+    """A YAML mapping spells one key twice (:func:`load_yaml`); ``problem`` names the key, its
+    line and column."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that spells one key twice (YAML 1.2 §3.2.1.1:
+    keys are unique; PyYAML keeps the last value silently). Merge keys (``<<``) may still be
+    overridden: that is what they are for."""
+
+    def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    fresh = key not in seen
+                except TypeError:  # an unhashable key: the base class reports it
+                    continue
+                if not fresh:
+                    mark = key_node.start_mark
+                    raise DuplicateKeyError(
+                        None, None, f"duplicate key {key!r} (line {mark.line + 1}, column "
+                        f"{mark.column + 1})", None)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)  # type: ignore[arg-type]
+
+
+def load_yaml(text: str) -> Any:
+    """One YAML document (``yaml.safe_load``), with every mapping's keys unique.
+
+    Raises:
+        DuplicateKeyError: a mapping spells a key twice (a ``yaml.YAMLError``; its message, one
+            line, names the key, its line and column: ``duplicate key 'jobs' (line 7, column
+            1)``).
+        yaml.YAMLError: not YAML.
+    """
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateJSONKey(key)
+        out[key] = value
+    return out
+
+
+class _DuplicateJSONKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def load_json(text: str | bytes) -> Any:
+    """One JSON document (``json.loads``), with every object's keys unique (RFC 8259 §4: names
+    SHOULD be unique; ``json`` keeps the last value silently).
+
+    Raises:
+        json.JSONDecodeError: not JSON, or an object spells a key twice (``msg`` names the
+            key; the position is the key's second appearance at the same spelling, found by a
+            search of the text, else the start).
+        UnicodeDecodeError: ``bytes`` that are not UTF-8.
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateJSONKey as exc:
+        doc = text.decode("utf-8") if isinstance(text, bytes) else text
+        spots = [m.start() for m in
+                 re.finditer(re.escape(json.dumps(exc.key)) + r"\s*:", doc)]
+        raise json.JSONDecodeError(f"duplicate key {exc.key!r}", doc,
+                                   spots[1] if len(spots) > 1 else 0) from None

@@ -29,3 +29,57 @@ def test_a_file_that_is_not_utf8_is_one_line_and_exit_2(tmp_path: Path, args: li
     assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(f) in lines[0] and "not UTF-8 text" in lines[0], r.stderr
+
+
+_EVERY_CONFIG = [
+    ["extender", "--config", "{f}"],
+    ["planner", "--config", "{f}"],
+    ["device-plugin", "--config", "{f}"],
+    ["dra-driver", "--config", "{f}"],
+    ["dra-allocator", "--config", "{f}"],
+]
+
+
+@pytest.mark.parametrize("args", _EVERY_CONFIG)
+@pytest.mark.parametrize(("text", "says"), [
+    ("log-level: info\nlog-level: debug\n", "duplicate key 'log-level' (line 2, column 1)"),
+    ("log-level: info\nlog_level: debug\n", "sets 'log_level' twice (as 'log-level' and "
+                                            "'log_level')"),
+])
+def test_a_config_that_sets_one_thing_twice_is_one_line_and_exit_2(
+        tmp_path: Path, args: list[str], text: str, says: str) -> None:
+    """Which of two values was meant is not for the program to guess (PyYAML alone keeps the
+    last one, and the dashed and underscored spellings of one setting both reach it)."""
+    f = tmp_path / "twice.yaml"
+    f.write_text(text, encoding="utf-8")
+    r = runner.invoke(app, [a.format(f=f) for a in args])
+    assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(f) in lines[0] and says in lines[0], r.stderr
+
+
+def test_a_workload_file_with_a_key_twice_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text("name: w\njobs:\n  - {id: a, gpus: 2, gpus: 4, runtime_s: 60}\n",
+                 encoding="utf-8")
+    r = runner.invoke(app, ["simulate", "-w", str(f), "-p", "gputopo", "-o",
+                            str(tmp_path / "out"), "--no-plots"])
+    assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "duplicate key 'gpus' (line 3" in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(("name", "text", "says"), [
+    ("t.yaml", "schemaVersion: gputopo.io/v1\nname: x\nname: y\ngpus: []\n",
+     "duplicate key 'name' (line 3, column 1)"),
+    ("t.json", '{"schemaVersion": "gputopo.io/v1", "name": "x", "name": "y", "gpus": []}',
+     "duplicate key 'name'"),
+])
+def test_a_topology_file_with_a_key_twice_is_one_line_and_exit_2(
+        tmp_path: Path, name: str, text: str, says: str) -> None:
+    f = tmp_path / name
+    f.write_text(text, encoding="utf-8")
+    r = runner.invoke(app, ["place", "-t", str(f), "-n", "2"])
+    assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0], r.stderr

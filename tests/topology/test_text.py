@@ -1,16 +1,19 @@
 """Numbers read from annotations, labels, flags and device IDs: ASCII digits only (found by
 the generated watch events of ``tests/scheduler_extender/test_kubernetes_state_fuzz.py``:
-``str.isdigit`` let "²" through to ``int``)."""
+``str.isdigit`` let "²" through to ``int``); files read as UTF-8; YAML and JSON whose
+mappings spell a key twice refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from topology.contract import AssignmentError, parse_gpu_indices
 from topology.patterns import PatternError, parse_pattern
-from topology.text import decimal_int, read_utf8
+from topology.text import DuplicateKeyError, decimal_int, load_json, load_yaml, read_utf8
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -44,3 +47,54 @@ def test_a_file_that_is_not_utf8_is_an_oserror_saying_so(tmp_path: Path) -> None
     assert exc.value.filename == str(bad)
     with pytest.raises(FileNotFoundError):
         read_utf8(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(("text", "where"), [
+    ("a: 1\nb: 2\na: 3\n", "duplicate key 'a' (line 3, column 1)"),
+    ("jobs:\n  - {gpus: 2, gpus: 3}\n", "duplicate key 'gpus' (line 2, column 15)"),
+    ("outer:\n  x: 1\n  x: 1\n", "duplicate key 'x' (line 3, column 3)"),
+    ("1: a\n1: b\n", "duplicate key 1 (line 2, column 1)"),
+])
+def test_yaml_that_spells_a_key_twice_is_refused_naming_it(text: str, where: str) -> None:
+    """PyYAML keeps the last value of a key given twice; a file that does is a mistake (which
+    value did its author mean?), so it is refused with the key and its line."""
+    assert yaml.safe_load(text) is not None  # what the library alone would have accepted
+    with pytest.raises(DuplicateKeyError) as exc:
+        load_yaml(text)
+    assert isinstance(exc.value, yaml.YAMLError)
+    assert str(exc.value) == where
+
+
+@pytest.mark.parametrize("text", [
+    "a: 1\nb: {c: [1, 2, {d: e}]}\n",
+    "base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  x: 3\n",  # a merge key's value may be overridden
+    "m:\n  <<: [{x: 1}, {x: 2}]\n",
+    "- {a: 1}\n- {a: 2}\n",  # the same key in two mappings
+    "",
+    "plain",
+])
+def test_yaml_without_a_repeated_key_reads_as_safe_load(text: str) -> None:
+    assert load_yaml(text) == yaml.safe_load(text)
+
+
+def test_yaml_that_is_not_yaml_is_still_a_yaml_error() -> None:
+    with pytest.raises(yaml.YAMLError) as exc:
+        load_yaml("a: [1, 2\n")
+    assert not isinstance(exc.value, DuplicateKeyError)
+
+
+def test_json_that_spells_a_key_twice_is_refused_at_the_second() -> None:
+    text = '{"a": 1,\n "b": {"c": 1, "c": 2}}'
+    with pytest.raises(json.JSONDecodeError) as exc:
+        load_json(text)
+    assert exc.value.msg == "duplicate key 'c'"
+    assert (exc.value.lineno, exc.value.colno) == (2, 16)
+    with pytest.raises(json.JSONDecodeError, match="duplicate key 'a'"):
+        load_json(b'{"a": 1, "a": 1}')
+
+
+def test_json_without_a_repeated_key_reads_as_json_loads() -> None:
+    for text in ('{"a": [1, {"b": 2}], "c": {"b": 3}}', "[1, 2]", '"x"', "null"):
+        assert load_json(text) == json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        load_json('{"a": }')

@@ -43,6 +43,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from topology.text import load_yaml
+
 #: Training iterations in the profiling window C and M are summed over (Figs. 4.7/4.9: "two
 #: iterations of training").
 WINDOW_ITERATIONS = 2
@@ -346,7 +348,7 @@ def load_catalog_text(text: str, *, origin: str = "<catalog>",
         ProfileError: not YAML/JSON, or not a valid ``ColocationProfiles`` document.
     """
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text)
     except yaml.YAMLError as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ProfileError(f"{origin}: not YAML/JSON: {first}") from None

@@ -36,7 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from topology.planning.energy import EnergyError, PowerProfile, gpu_model_key
-from topology.text import read_utf8
+from topology.text import load_json, load_yaml, read_utf8
 
 #: A configuration of a job: (GPU model key, GPU count).
 Config = tuple[str, int]
@@ -250,7 +250,7 @@ def load_profiles(text_or_path: str | Path) -> ProfileDocument:
         except OSError as exc:
             raise ProfileError(f"cannot read {path}: {exc.strerror}") from None
     try:
-        data = json.loads(text) if text.lstrip().startswith("{") else yaml.safe_load(text)
+        data = load_json(text) if text.lstrip().startswith("{") else load_yaml(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         raise ProfileError(f"{source}: not YAML/JSON: {str(exc).splitlines()[0]}") from None
     return parse_profiles(data, source=source)
