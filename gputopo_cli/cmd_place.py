@@ -16,6 +16,7 @@ from topology.model import TopologyError
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import (
     FULL_CORE,
+    MAX_GPUS_PER_REQUEST,
     GPUUsage,
     NodeState,
     NoFit,
@@ -234,6 +235,9 @@ def register(app: typer.Typer) -> None:
             else:
                 if gpus != int(gpus):
                     raise RequestError(f"--gpus must be an integer or a fraction below 1, got {gpus:g}")
+                if gpus > MAX_GPUS_PER_REQUEST:  # before int(): 1e300 is a 301-digit integer
+                    raise RequestError(f"--gpus {gpus:g}: no node has more than "
+                                       f"{MAX_GPUS_PER_REQUEST} GPUs")
                 count = int(gpus)
                 pat = parse_pattern(pattern, count) if pattern is not None else None
                 request = Request(count=count, pattern=pat, bandwidth_sensitive=sensitive)

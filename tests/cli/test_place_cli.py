@@ -76,6 +76,8 @@ def test_cannot_fit_exits_1_with_reason() -> None:
         (["-t", "dgx1-v100", "-n", "2.5"], "integer or a fraction"),
         (["-t", "dgx1-v100", "-n", "inf"], "must be a number of GPUs, got inf"),
         (["-t", "dgx1-v100", "-n", "nan"], "must be a number of GPUs, got nan"),
+        (["-t", "dgx1-v100", "-n", "1e300"], "--gpus 1e+300: no node has more than 256 GPUs"),
+        (["-t", "dgx1-v100", "-n", "257"], "--gpus 257: no node has more than 256 GPUs"),
         (["-t", "dgx1-v100", "-n", "2", "--policy", "fastest"], "unknown policy"),
         (["-t", "dgx1-v100", "-n", "2", "-o", "xml"], "--output"),
     ],
