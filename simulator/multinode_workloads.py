@@ -37,7 +37,16 @@ from typing import Any
 import yaml
 
 from simulator import SimulationError
-from simulator.workloads import MAPA_NETWORKS, JobId, _bool, _num, _params, id_key, parse_job_id
+from simulator.workloads import (
+    MAPA_NETWORKS,
+    JobId,
+    _bool,
+    _num,
+    _params,
+    id_key,
+    params_field,
+    parse_job_id,
+)
 from topology.hierarchy import DEFAULT, Hierarchy, HierarchyError
 from topology.model import TopologyError
 from topology.patterns import PatternError, parse_pattern
@@ -279,7 +288,7 @@ def from_document(doc: Any, origin: str) -> MultiWorkload:
         str(doc.get("name") or Path(origin).stem),
         tuple(_job(r, i) for i, r in enumerate(doc["jobs"])), _cluster(doc.get("cluster"),
                                                                          origin),
-        str(doc.get("description", "")), dict(doc.get("params") or {})))
+        str(doc.get("description", "")), params_field(doc, origin)))
 
 
 def _finish(w: MultiWorkload) -> MultiWorkload:

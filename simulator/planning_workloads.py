@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 
 from simulator import SimulationError
+from simulator.workloads import _params, params_field
 from topology.model import TopologyError
 from topology.planning.energy import (
     BUILTIN_POWER,
@@ -342,7 +343,7 @@ def from_mapping(doc: Any, origin: str) -> PlanningWorkload:
         name=str(doc.get("name") or Path(origin).stem),
         jobs=tuple(sorted(jobs, key=lambda j: (j.arrival_s, j.id))),
         cluster=cluster, power=profiles.power_profiles(),
-        description=str(doc.get("description", "")), params=dict(doc.get("params") or {}),
+        description=str(doc.get("description", "")), params=params_field(doc, origin),
     )
 
 
@@ -480,8 +481,6 @@ def load_planning_workload(spec: str, *, seed: int = 0,
     Raises:
         SimulationError: unknown name, bad parameter, unreadable or malformed file.
     """
-    from simulator.workloads import _params
-
     name, _, rest = spec.strip().partition(":")
     key = name.strip().lower()
     if key not in GENERATORS:

@@ -428,6 +428,21 @@ def _bool(value: Any, key: str, where: str) -> bool:
     raise SimulationError(f"{where}: {key}={value!r} is not true/false")
 
 
+def params_field(doc: dict[str, Any], origin: str) -> dict[str, Any]:
+    """A workload document's ``params`` (the generator's parameters, kept for the report): a
+    mapping, or ``{}`` when absent or null.
+
+    Raises:
+        SimulationError: ``params`` is something else (one line naming ``origin``).
+    """
+    raw = doc.get("params")
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SimulationError(f"{origin}: params must be a mapping, got {type(raw).__name__}")
+    return dict(raw)
+
+
 #: Iterations of a shared job that gives neither ``runtime_s`` nor ``iterations`` (§6.2).
 DEFAULT_ITERATIONS = 1000
 
@@ -638,7 +653,7 @@ def _from_mapping(doc: Any, origin: str) -> Workload:
             default_nodes=int(_num(nodes_raw, "nodes", origin, int)),
             default_topology=_cluster_topology(topo_raw, origin),
             description=str(doc.get("description", "")),
-            params=dict(doc.get("params") or {}),
+            params=params_field(doc, origin),
             profiles=catalog.name if catalog is not None else (str(profiles) if profiles
                                                                 else None),
             own_cluster=cluster is not None,

@@ -1,0 +1,89 @@
+"""``gputopo simulate`` with a generated workload file: whatever one part of a single-node
+(MAPA), multi-node (hierarchy, with gangs) or planning (ANDREAS) workload document holds, it
+exits 0, 1 or 2 with one line on stderr — never a traceback. It found a multi-node file whose
+``params`` was not a mapping reaching ``dict()`` (a ValueError traceback). (The hand-picked
+cases and their messages are in ``tests/simulator/test_simulator_workloads.py``.)"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from typer.testing import CliRunner, Result
+
+from gputopo_cli.main import app
+from simulator.multinode_workloads import load_multinode_workload
+from simulator.planning_workloads import load_planning_workload
+from simulator.workloads import load_workload
+from tests.damage import damaged
+
+runner = CliRunner()
+
+#: One small document of each kind, as ``DIR/workload.json`` writes it, and the policies run.
+DOCS: dict[str, tuple[dict[str, Any], list[str]]] = {
+    "mapa": (load_workload("mapa:jobs=4").to_json(),
+             ["-p", "gputopo,nvidia-best-effort", "-t", "dgx1-v100"]),
+    "hierarchy": (load_multinode_workload("hierarchy:jobs=3").to_json(), ["-p", "gputopo"]),
+    "andreas": (load_planning_workload("andreas-s1:jobs=3").to_json(), ["-p", "fifo,andreas"]),
+}
+
+
+def _invoke(doc: Any, args: list[str]) -> tuple[Result, Path]:
+    """``gputopo simulate`` on ``doc`` written to a file (the result, and the file's path)."""
+    with tempfile.TemporaryDirectory() as d:
+        f = Path(d) / "w.json"
+        f.write_text(json.dumps(doc))
+        return runner.invoke(app, ["simulate", "-w", str(f), "-o", str(Path(d) / "out"),
+                                   "--no-plots", *args]), f
+
+
+def _simulate(doc: Any, args: list[str]) -> None:
+    r, _ = _invoke(doc, args)
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code in (0, 1, 2), (r.exit_code, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    if r.exit_code == 2:
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0], r.stderr
+
+
+@pytest.mark.parametrize("kind", sorted(DOCS))
+def test_each_seed_document_simulates(kind: str) -> None:
+    """The undamaged documents run (else the generated cases test only the refusals)."""
+    r, _ = _invoke(*DOCS[kind])
+    assert r.exit_code == 0, (r.stderr, r.exception)
+
+
+@pytest.mark.parametrize(("doc", "says"), [
+    ({"params": "abc"}, "params must be a mapping, got str"),
+    ({"params": [1]}, "params must be a mapping, got list"),
+])
+@pytest.mark.parametrize("kind", sorted(DOCS))
+def test_params_that_is_not_a_mapping_is_refused(kind: str, doc: dict[str, Any],
+                                                 says: str) -> None:
+    base, args = DOCS[kind]
+    r, f = _invoke({**base, **doc}, args)
+    assert r.exit_code == 2, (r.stderr, r.exception)
+    assert says in r.stderr and str(f) in r.stderr, r.stderr
+
+
+@settings(max_examples=60, deadline=None)
+@given(doc=damaged(DOCS["mapa"][0]))
+def test_a_damaged_single_node_workload_runs_or_is_refused_in_one_line(doc: Any) -> None:
+    _simulate(doc, DOCS["mapa"][1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(doc=damaged(DOCS["hierarchy"][0]))
+def test_a_damaged_multi_node_workload_runs_or_is_refused_in_one_line(doc: Any) -> None:
+    _simulate(doc, DOCS["hierarchy"][1])
+
+
+@settings(max_examples=60, deadline=None)
+@given(doc=damaged(DOCS["andreas"][0]))
+def test_a_damaged_planning_workload_runs_or_is_refused_in_one_line(doc: Any) -> None:
+    _simulate(doc, DOCS["andreas"][1])
