@@ -1,5 +1,5 @@
 """Generated bad input shared by the fuzz tests: any JSON value, and a document with one
-part replaced by one or removed."""
+part replaced by one or removed; and what a ``gputopo`` command must do with any input."""
 
 from __future__ import annotations
 
@@ -54,3 +54,14 @@ def damaged(draw: st.DrawFn, doc: Any, *, whole: int = 20) -> Any:
         return draw(JSON)
     return replaced(doc, draw(st.sampled_from(list(paths(doc)))), draw(JSON),
                     remove=draw(st.booleans()))
+
+
+def exits_cleanly(r: Any) -> None:
+    """A ``typer.testing`` result of a ``gputopo`` command run on any input: exit 0, 1 or 2,
+    never a traceback, and an exit 2 says why in one line on stderr."""
+    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
+    assert r.exit_code in (0, 1, 2), (r.exit_code, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    if r.exit_code == 2:
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0], r.stderr

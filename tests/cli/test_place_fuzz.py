@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gputopo_cli.main import app
-from tests.damage import damaged
+from tests.damage import damaged, exits_cleanly
 from topology import catalog, serialization
 
 runner = CliRunner()
@@ -29,14 +29,6 @@ WORDS = st.sampled_from([
 ]) | st.text(max_size=10)
 OPTIONS = ("-n", "--used", "--pattern", "--policy", "-o", "--memory-mib")
 
-def _exit_cleanly(r: Any) -> None:
-    assert r.exception is None or isinstance(r.exception, SystemExit), repr(r.exception)
-    assert r.exit_code in (0, 1, 2), (r.exit_code, r.stderr)
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
-    if r.exit_code == 2:
-        lines = r.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0], r.stderr
-
 
 @settings(max_examples=150, deadline=None)
 @given(opts=st.lists(st.tuples(st.sampled_from(OPTIONS), WORDS), max_size=4))
@@ -44,7 +36,7 @@ def test_any_arguments_exit_0_1_or_2_with_one_line(opts: list[tuple[str, str]]) 
     args = ["place", "-t", "dgx1-v100"]
     for flag, value in opts:
         args += [flag, value]
-    _exit_cleanly(runner.invoke(app, args))
+    exits_cleanly(runner.invoke(app, args))
 
 
 DGX = json.loads(serialization.dumps(catalog.get("dgx1-v100")))
@@ -57,4 +49,4 @@ def test_a_damaged_topology_file_is_placed_on_or_refused_in_one_line(doc: Any) -
     with tempfile.TemporaryDirectory() as d:
         f = Path(d) / "topo.json"
         f.write_text(json.dumps(doc))
-        _exit_cleanly(runner.invoke(app, ["place", "-t", str(f), "-n", "2"]))
+        exits_cleanly(runner.invoke(app, ["place", "-t", str(f), "-n", "2"]))
