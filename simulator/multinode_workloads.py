@@ -52,7 +52,7 @@ from topology.model import TopologyError
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.base import Request, RequestError
 from topology.sources import load_topology
-from topology.text import load_json, load_yaml, read_utf8
+from topology.text import load_json, load_yaml, path_is_file, read_utf8
 
 #: The issue-23 cluster: 4 blocks × 4 racks × 8 DGX-class nodes.
 DEFAULT_MACHINE = "dgx1-v100"
@@ -318,7 +318,8 @@ def is_multinode_document(doc: Any) -> bool:
     cluster = doc.get("cluster")
     if isinstance(cluster, dict) and ("racks" in cluster or "blocks" in cluster):
         return True
-    return any(isinstance(j, dict) and "pods" in j for j in doc.get("jobs") or [])
+    jobs = doc.get("jobs")
+    return isinstance(jobs, list) and any(isinstance(j, dict) and "pods" in j for j in jobs)
 
 
 def is_multinode_spec(spec: str) -> bool:
@@ -327,7 +328,7 @@ def is_multinode_spec(spec: str) -> bool:
     if name in GENERATORS:
         return True
     path = Path(spec.strip()).expanduser()
-    if path.is_file() and path.suffix.lower() in (".json", ".yaml", ".yml"):
+    if path_is_file(path) and path.suffix.lower() in (".json", ".yaml", ".yml"):
         try:
             return is_multinode_document(_read(path))
         except SimulationError:
@@ -344,7 +345,7 @@ def load_multinode_workload(spec: str, *, seed: int = 0) -> MultiWorkload:
     name, _, rest = spec.strip().partition(":")
     if name.strip().lower() not in GENERATORS:
         path = Path(spec.strip()).expanduser()
-        if not path.is_file():
+        if not path_is_file(path):
             raise SimulationError(f"workload file not found: {spec}")
         return from_document(_read(path), str(path))
     params = _params(rest)

@@ -61,7 +61,7 @@ from topology.planning.profiles import (
     parse_profiles,
 )
 from topology.sources import load_topology
-from topology.text import load_json, load_yaml, read_utf8
+from topology.text import load_json, load_yaml, path_is_file, read_utf8
 
 
 @dataclass(frozen=True)
@@ -466,7 +466,7 @@ def is_planning_spec(spec: str) -> bool:
     if name in GENERATORS:
         return True
     path = Path(spec.strip()).expanduser()
-    if path.is_file() and path.suffix.lower() in (".json", ".yaml", ".yml"):
+    if path_is_file(path) and path.suffix.lower() in (".json", ".yaml", ".yml"):
         try:
             return is_planning_document(read_document(str(path)))
         except SimulationError:

@@ -69,7 +69,7 @@ from topology.colocation.sources import (
 from topology.patterns import PatternError, parse_pattern
 from topology.policies.amaral import lookup_profile
 from topology.policies.base import Request, RequestError, SharedRequest
-from topology.text import load_json, load_yaml, read_utf8
+from topology.text import load_json, load_yaml, path_exists, path_is_file, read_utf8
 
 # ------------------------------------------------------------------------------ networks
 
@@ -608,7 +608,7 @@ def _cluster_topology(value: Any, origin: str) -> str | None:
     base = Path(origin).parent
     candidate = base / text
     if not Path(text).is_absolute() and ("/" in text or Path(text).suffix) and \
-            candidate.exists():
+            path_exists(candidate):
         return str(candidate)
     return text
 
@@ -629,7 +629,7 @@ def _from_mapping(doc: Any, origin: str) -> Workload:
            for r in rows):
         spec = str(profiles) if profiles else None
         if spec is not None and not Path(spec).is_absolute() and \
-                (Path(origin).parent / spec).exists():
+                path_exists(Path(origin).parent / spec):
             spec = str(Path(origin).parent / spec)
         try:
             catalog = resolve_catalog(spec)
@@ -831,8 +831,8 @@ def load_workload(spec: str, *, seed: int = 0, nodes: int | None = None) -> Work
     key = name.strip().lower()
     if key not in GENERATORS:
         path = Path(spec).expanduser()
-        if path.exists():
-            if not path.is_file():
+        if path_exists(path):
+            if not path_is_file(path):
                 raise SimulationError(f"cannot read workload file {spec}: not a regular file")
             return load_file(spec)
         if "/" in spec or path.suffix.lower() in (".json", ".yaml", ".yml", ".csv"):

@@ -50,7 +50,7 @@ import yaml
 from topology import catalog, nvidia_smi, serialization
 from topology.discovery.nvml import DEFAULT_NVLINK_GENERATION, normalize_bus_id
 from topology.model import GPU, Topology, TopologyError, format_cpu_list
-from topology.text import DuplicateKeyError, load_yaml
+from topology.text import DuplicateKeyError, load_yaml, path_exists, path_is_file
 
 #: Refuse files larger than this (bytes): topology files are a few KiB.
 MAX_FILE_BYTES = 8 * 1024 * 1024
@@ -259,14 +259,14 @@ def read_topology(src: str) -> Topology:
     if src.lower() in catalog.names():
         return catalog.get(src)
     path = Path(src).expanduser()
-    if not path.exists():
+    if not path_exists(path):
         if _looks_like_path(src):
             raise TopologyError(f"topology file not found: {src}")
         raise TopologyError(
             f"unknown topology {src!r}: not a catalog machine ({', '.join(catalog.names())}) "
             "and no such file"
         )
-    if not path.is_file():
+    if not path_is_file(path):
         raise TopologyError(f"topology source {src} is not a regular file")
     try:
         if path.stat().st_size > MAX_FILE_BYTES:

@@ -30,6 +30,25 @@ def decimal_int(text: str) -> int | None:
     return int(t) if t.isascii() and t.isdigit() else None
 
 
+def path_exists(path: Path) -> bool:
+    """``path.exists()``, but False for a name no file can have (longer than the system allows:
+    ``ENAMETOOLONG``), which ``pathlib`` raises as :class:`OSError` instead. A command-line
+    value that may be a name or a path (a catalog machine, a workload generator) is asked this
+    first, so a long value is an unknown name, not a traceback."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
+def path_is_file(path: Path) -> bool:
+    """``path.is_file()``, False where :func:`path_exists` is."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def read_utf8(path: Path) -> str:
     """The text of file ``path``, decoded as UTF-8.
 

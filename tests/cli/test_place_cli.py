@@ -78,6 +78,7 @@ def test_cannot_fit_exits_1_with_reason() -> None:
         (["-t", "dgx1-v100", "-n", "nan"], "must be a number of GPUs, got nan"),
         (["-t", "dgx1-v100", "-n", "1e300"], "--gpus 1e+300: no node has more than 256 GPUs"),
         (["-t", "dgx1-v100", "-n", "257"], "--gpus 257: no node has more than 256 GPUs"),
+        (["-t", "x" * 300, "-n", "2"], "unknown topology 'xxx"),
         (["-t", "dgx1-v100", "-n", "2", "--policy", "fastest"], "unknown policy"),
         (["-t", "dgx1-v100", "-n", "2", "-o", "xml"], "--output"),
     ],

@@ -81,3 +81,25 @@ def test_a_damaged_multi_node_workload_runs_or_is_refused_in_one_line(doc: Any) 
 @given(doc=damaged(DOCS["andreas"][0]))
 def test_a_damaged_planning_workload_runs_or_is_refused_in_one_line(doc: Any) -> None:
     _simulate(doc, DOCS["andreas"][1])
+
+
+@pytest.mark.parametrize(("jobs", "says"), [
+    (3, "needs a 'jobs' list"),
+    ("abc", "needs a 'jobs' list"),
+])
+def test_jobs_that_is_not_a_list_is_refused(jobs: Any, says: str) -> None:
+    """Asking whether a file is a multi-node workload iterated its ``jobs`` (a TypeError
+    traceback on a number)."""
+    r, _ = _invoke({**DOCS["mapa"][0], "jobs": jobs}, DOCS["mapa"][1])
+    assert r.exit_code == 2 and says in r.stderr, (r.stderr, r.exception)
+
+
+@pytest.mark.parametrize("spec", ["x" * 300, "x" * 300 + ".yaml", "y/" + "x" * 300])
+def test_a_workload_name_too_long_for_a_file_is_refused_in_one_line(spec: str) -> None:
+    """Such a name made ``pathlib`` raise OSError (ENAMETOOLONG): a traceback."""
+    with tempfile.TemporaryDirectory() as d:
+        r = runner.invoke(app, ["simulate", "-w", spec, "-p", "gputopo", "-o", d,
+                                "--no-plots"])
+    assert r.exit_code == 2, (r.stderr, r.exception)
+    assert r.stderr.startswith("gputopo: error: ") and \
+        ("unknown workload" in r.stderr or "not found" in r.stderr), r.stderr

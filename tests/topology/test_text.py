@@ -13,7 +13,15 @@ import yaml
 
 from topology.contract import AssignmentError, parse_gpu_indices
 from topology.patterns import PatternError, parse_pattern
-from topology.text import DuplicateKeyError, decimal_int, load_json, load_yaml, read_utf8
+from topology.text import (
+    DuplicateKeyError,
+    decimal_int,
+    load_json,
+    load_yaml,
+    path_exists,
+    path_is_file,
+    read_utf8,
+)
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -98,3 +106,16 @@ def test_json_without_a_repeated_key_reads_as_json_loads() -> None:
         assert load_json(text) == json.loads(text)
     with pytest.raises(json.JSONDecodeError):
         load_json('{"a": }')
+
+
+def test_a_name_too_long_for_a_file_is_no_file(tmp_path: Path) -> None:
+    """``pathlib`` raises OSError (ENAMETOOLONG) on such a name rather than saying False."""
+    long = tmp_path / ("x" * 300)
+    with pytest.raises(OSError):
+        long.exists()
+    assert not path_exists(long) and not path_is_file(long)
+    f = tmp_path / "f.yaml"
+    f.write_text("a: 1\n")
+    assert path_exists(f) and path_is_file(f)
+    assert path_exists(tmp_path) and not path_is_file(tmp_path)
+    assert not path_exists(tmp_path / "missing") and not path_is_file(tmp_path / "missing")

@@ -43,7 +43,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from topology.text import load_yaml
+from topology.text import load_yaml, path_exists
 
 #: Training iterations in the profiling window C and M are summed over (Figs. 4.7/4.9: "two
 #: iterations of training").
@@ -402,7 +402,7 @@ def resolve_catalog(spec: str | None) -> ProfileCatalog:
     if spec.strip().lower() in BUILTIN_CATALOGS:
         return builtin_catalog(spec)
     p = Path(spec).expanduser()
-    if p.exists():
+    if path_exists(p):
         return load_catalog_file(p)
     raise ProfileError(
         f"unknown profile catalog {spec!r}: not a shipped catalog "
