@@ -123,21 +123,34 @@ class _DuplicateJSONKey(Exception):
         self.key = key
 
 
+class DuplicateJSONKeyError(json.JSONDecodeError):
+    """A JSON object spells one key twice (:func:`load_json`). ``msg`` names the key; when the
+    text spells that key exactly twice (then both are in the one object) ``lineno``/``colno``
+    point at the second and the message gives them, else the message is ``msg`` alone."""
+
+    def __init__(self, key: str, doc: str, pos: int | None) -> None:
+        super().__init__(f"duplicate key {key!r}", doc, 0 if pos is None else pos)
+        self.key, self.located = key, pos is not None
+
+    def __str__(self) -> str:
+        return super().__str__() if self.located else self.msg
+
+
 def load_json(text: str | bytes) -> Any:
     """One JSON document (``json.loads``), with every object's keys unique (RFC 8259 §4: names
     SHOULD be unique; ``json`` keeps the last value silently).
 
     Raises:
-        json.JSONDecodeError: not JSON, or an object spells a key twice (``msg`` names the
-            key; the position is the key's second appearance at the same spelling, found by a
-            search of the text, else the start).
+        DuplicateJSONKeyError: an object spells a key twice (a ``json.JSONDecodeError``).
+        json.JSONDecodeError: not JSON.
         UnicodeDecodeError: ``bytes`` that are not UTF-8.
     """
     try:
         return json.loads(text, object_pairs_hook=_unique_pairs)
     except _DuplicateJSONKey as exc:
         doc = text.decode("utf-8") if isinstance(text, bytes) else text
-        spots = [m.start() for m in
-                 re.finditer(re.escape(json.dumps(exc.key)) + r"\s*:", doc)]
-        raise json.JSONDecodeError(f"duplicate key {exc.key!r}", doc,
-                                   spots[1] if len(spots) > 1 else 0) from None
+        spellings = {json.dumps(exc.key), json.dumps(exc.key, ensure_ascii=False)}
+        spots = sorted(m.start() for sp in spellings
+                       for m in re.finditer(re.escape(sp) + r"\s*:", doc))
+        raise DuplicateJSONKeyError(exc.key, doc, spots[1] if len(spots) == 2 else None) \
+            from None

@@ -14,6 +14,7 @@ import yaml
 from topology.contract import AssignmentError, parse_gpu_indices
 from topology.patterns import PatternError, parse_pattern
 from topology.text import (
+    DuplicateJSONKeyError,
     DuplicateKeyError,
     decimal_int,
     load_json,
@@ -93,12 +94,24 @@ def test_yaml_that_is_not_yaml_is_still_a_yaml_error() -> None:
 
 def test_json_that_spells_a_key_twice_is_refused_at_the_second() -> None:
     text = '{"a": 1,\n "b": {"c": 1, "c": 2}}'
-    with pytest.raises(json.JSONDecodeError) as exc:
+    with pytest.raises(DuplicateJSONKeyError) as exc:
         load_json(text)
+    assert isinstance(exc.value, json.JSONDecodeError)
     assert exc.value.msg == "duplicate key 'c'"
     assert (exc.value.lineno, exc.value.colno) == (2, 16)
+    assert str(exc.value) == "duplicate key 'c': line 2 column 16 (char 24)"
     with pytest.raises(json.JSONDecodeError, match="duplicate key 'a'"):
         load_json(b'{"a": 1, "a": 1}')
+    with pytest.raises(DuplicateJSONKeyError, match="duplicate key 'caf\u00e9': line 1"):
+        load_json('{"caf\u00e9": 1, "caf\\u00e9": 2}')  # one key, spelled two ways
+
+
+def test_json_duplicate_spelled_more_than_twice_is_named_without_a_guessed_place() -> None:
+    """The key also appears in another object: which appearance is the repeat is not known
+    from the text alone, so no line is given rather than a wrong one."""
+    with pytest.raises(DuplicateJSONKeyError) as exc:
+        load_json('{"x": {"c": 1}, "y": {"c": 1, "c": 2}}')
+    assert str(exc.value) == "duplicate key 'c'" and not exc.value.located
 
 
 def test_json_without_a_repeated_key_reads_as_json_loads() -> None:
