@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dra_driver.cdi import read_spec, spec_path
 from dra_driver.checkpoint import Checkpoint, CheckpointError
-from dra_driver.prepare import FileClaimSource, Preparer
+from dra_driver.prepare import ClaimSource, FileClaimSource, Preparer
 from tests.dra_driver.helpers import claim, write_claims
 from topology import catalog
 from topology.dra import DeviceKind
@@ -24,12 +25,17 @@ def _env(spec_file: Path) -> dict[str, str]:
     return dict(e.split("=", 1) for e in spec.containerEdits.env)
 
 
-def _preparer(tmp: Path, unhealthy: frozenset[int] = frozenset()) -> Preparer:
+def _preparer(tmp: Path, unhealthy: frozenset[int] = frozenset(), *,
+              claims: ClaimSource | None = None, checkpoint: Path | None = None,
+              **kw: Any) -> Preparer:
+    """A Preparer of ``NODE`` on ``tmp``: claims from ``tmp/claims.json`` (or ``claims``), the
+    checkpoint ``tmp/checkpoint.json`` (or ``checkpoint``), specs in ``tmp/cdi``; ``kw`` are
+    more of ``Preparer``'s keyword arguments."""
     (tmp / "cdi").mkdir(exist_ok=True)
-    return Preparer(TOPO, NODE, FileClaimSource(tmp / "claims.json"),
-                    Checkpoint(tmp / "checkpoint.json", NODE), cdi_dir=tmp / "cdi",
+    return Preparer(TOPO, NODE, claims or FileClaimSource(tmp / "claims.json"),
+                    Checkpoint(checkpoint or tmp / "checkpoint.json", NODE), cdi_dir=tmp / "cdi",
                     minors={g.index: g.index for g in TOPO.gpus},
-                    mps_pipe_dir=Path("/run/nvidia/mps"), unhealthy=lambda: unhealthy)
+                    mps_pipe_dir=Path("/run/nvidia/mps"), unhealthy=lambda: unhealthy, **kw)
 
 
 def test_prepare_writes_exactly_the_allocated_gpus_in_order(tmp_path: Path) -> None:
