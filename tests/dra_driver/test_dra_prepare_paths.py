@@ -163,6 +163,24 @@ def test_a_prepared_claims_spec_is_rewritten_as_it_was(tmp_path: Path) -> None:
     assert _env(path)["GPUTOPO_CLAIM"] == "team/c"
 
 
+def test_every_cdi_device_answered_is_in_the_claims_spec(tmp_path: Path) -> None:
+    """The container runtime resolves the answered CDI device IDs (``gputopo.io/gpu=<name>``)
+    in the spec files: each one must name a device of the claim's spec, with its GPU."""
+    c = claim("c", NODE, [6, 4])
+    s = claim("s", NODE, [2], kind=DeviceKind.SHARE, core=20, mem=1024)
+    write_claims(tmp_path / "claims.json", [c, s])
+    p = _preparer(tmp_path)
+    for x in (c, s):
+        r = p.prepare(_uid(x), "default", x["metadata"]["name"])
+        spec = read_spec(spec_path(tmp_path / "cdi", _uid(x)))
+        by_id = {f"{spec.kind}={d.name}": d for d in spec.devices}
+        for dev in r.devices:
+            (cdi_id,) = dev.cdi_device_ids
+            index = int(dev.device.split("-")[1])
+            assert [n.path for n in by_id[cdi_id].containerEdits.deviceNodes] == [
+                f"/dev/nvidia{index}"]
+
+
 # --------------------------------------------------------------------------- the checkpoint
 def test_a_checkpoint_whose_claims_overlap_stops_the_driver(tmp_path: Path) -> None:
     """Two recorded claims holding one GPU whole: the node cannot know which is real, so the
@@ -245,6 +263,10 @@ def test_a_slots_spec_mounts_the_mps_shared_memory_and_only_existing_devices(
     spec = read_spec(spec_path(tmp_path / "cdi", _uid(c)))
     assert ("/dev/shm", "/run/nvidia/mps-shm") in {
         (m.containerPath, m.hostPath) for m in spec.containerEdits.mounts}
+    assert ("/run/nvidia/mps", "/run/nvidia/mps") in {
+        (m.containerPath, m.hostPath) for m in spec.containerEdits.mounts}
+    assert _env(spec_path(tmp_path / "cdi", _uid(c)))["CUDA_MPS_PIPE_DIRECTORY"] == (
+        "/run/nvidia/mps")
     nodes = {n.path for n in spec.containerEdits.deviceNodes}
     assert "/dev/nvidiactl" in nodes and "/dev/nvidia-uvm-tools" not in nodes
     assert [n.path for n in spec.devices[0].containerEdits.deviceNodes] == ["/dev/nvidia3"]
