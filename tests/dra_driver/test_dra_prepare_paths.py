@@ -23,6 +23,7 @@ from dra_driver.checkpoint import Checkpoint, CheckpointError, PreparedClaim
 from dra_driver.prepare import ClaimSourceError, FileClaimSource, KubeClaimSource
 from tests.dra_driver.helpers import claim, write_claims
 from tests.dra_driver.test_dra_prepare import NODE, TOPO, _env, _preparer
+from topology.colocation.model import DEFAULT_SLOTS
 from topology.dra import DRIVER, DeviceKind
 
 
@@ -211,6 +212,20 @@ def test_a_restarted_driver_counts_the_recorded_shares_and_slots(tmp_path: Path)
     assert "110 % of its compute" in p2.prepare(_uid(s2), "default", "s2").error
     assert "more than 1 co-location slots" in p2.prepare(_uid(c2), "default", "c2").error
     assert _preparer(tmp_path, slots=2).prepare(_uid(c2), "default", "c2").error == ""
+
+
+def test_a_node_with_more_slots_than_the_default_restarts_with_them_all(tmp_path: Path) -> None:
+    """A node configured for more co-location slots than the default: its full GPUs are
+    rebuilt from the checkpoint under the node's count, not refused as overbooked (which
+    would stop the driver with every slot in use)."""
+    slots = [claim(f"c{i}", NODE, [1], kind=DeviceKind.SLOT, mem=512)
+             for i in range(DEFAULT_SLOTS + 1)]
+    write_claims(tmp_path / "claims.json", slots)
+    p = _preparer(tmp_path, slots=DEFAULT_SLOTS + 1)
+    assert all(p.prepare(_uid(c), "default", c["metadata"]["name"]).error == "" for c in slots)
+    p2 = _preparer(tmp_path, slots=DEFAULT_SLOTS + 1)
+    assert p2.holdings[1].slots == DEFAULT_SLOTS + 1 and set(p2.prepared) == {
+        _uid(c) for c in slots}
 
 
 def test_only_this_drivers_devices_are_recorded(tmp_path: Path) -> None:
