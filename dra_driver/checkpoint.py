@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from topology.dra import ClaimAllocation, DRAContractError, claim_allocation
+
+log = logging.getLogger(__name__)
 
 VERSION = 1
 FILE_NAME = "checkpoint.json"
@@ -133,8 +136,12 @@ class Checkpoint:
     def save(self, claims: Mapping[str, PreparedClaim]) -> None:
         """Write ``claims`` (by UID) atomically.
 
+        The file is replaced whole (a temporary file, fsync'd, renamed over it), so a reader
+        sees the old claims or the new ones. Once the rename is done the save has happened: a
+        failure to sync the directory after it is logged, not raised.
+
         Raises:
-            CheckpointError: the file cannot be written.
+            CheckpointError: the file cannot be written (it still holds the previous claims).
         """
         body = {uid: c.to_json() for uid, c in sorted(claims.items())}
         doc = {"version": VERSION, "node": self.node,
@@ -147,14 +154,22 @@ class Checkpoint:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-            dir_fd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
         except OSError as exc:
             try:
                 tmp.unlink()
             except OSError:
                 pass
             raise CheckpointError(f"writing {self.path}: {exc.strerror or exc}") from None
+        # the file now holds ``claims``: from here a failure must not tell the caller it does
+        # not (it would forget a claim the file keeps, and a restarted driver would hold its
+        # GPUs for nobody); what is lost is only that the rename may not survive a power cut
+        try:
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            log.warning("checkpoint %s written, but its directory could not be synced (%s): "
+                        "a power cut may bring back the previous one", self.path,
+                        exc.strerror or exc)

@@ -242,7 +242,10 @@ class Preparer:
                 claim = self.claims.get(namespace, name)
             except ClaimSourceError as exc:
                 return PrepareResult(error=str(exc))
-            found_uid = str(claim.get("metadata", {}).get("uid", ""))
+            meta = claim.get("metadata") if isinstance(claim, Mapping) else None
+            if not isinstance(meta, Mapping):
+                return PrepareResult(error=f"ResourceClaim {key} as read has no metadata object")
+            found_uid = str(meta.get("uid", ""))
             if found_uid != uid:
                 return PrepareResult(error=f"ResourceClaim {key} has UID {found_uid or '(none)'}, "
                                            f"not {uid}: it was replaced")

@@ -7,7 +7,11 @@ round.)"""
 
 from __future__ import annotations
 
+import errno
 import json
+import logging
+import os
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -64,6 +68,55 @@ def test_a_checkpoint_that_cannot_be_written_prepares_nothing_and_leaves_no_spec
     assert p.prepare(_uid(b), "default", "b").error == ""
     assert set(Checkpoint(tmp_path / "state" / "checkpoint.json", NODE).load()) == {_uid(b)}
     assert "GPU 5 is in use" in p.prepare(_uid(a), "default", "a").error
+
+
+def test_a_directory_that_cannot_be_synced_after_the_rename_keeps_the_claim_everywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The checkpoint file is renamed into place and only the fsync of its directory fails:
+    the file holds the claim, so the driver must too — prepared, its GPUs held, the kubelet
+    answered with its devices — or an unprepare would find it unknown and leave it in the
+    file, and a restarted driver would hold its GPUs for nobody. Only a warning says the
+    rename may not survive a power cut."""
+    a = claim("a", NODE, [4])
+    write_claims(tmp_path / "claims.json", [a])
+    p = _preparer(tmp_path)
+    real_fsync = os.fsync
+
+    def fsync_files_only(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_files_only)
+    with caplog.at_level(logging.WARNING, logger="dra_driver.checkpoint"):
+        r = p.prepare(_uid(a), "default", "a")
+    assert r.error == "" and r.devices
+    assert "could not be synced (Input/output error)" in caplog.text
+    assert set(p.prepared) == _prepared_on_disk(tmp_path) == {_uid(a)}
+    assert spec_path(tmp_path / "cdi", _uid(a)).exists()
+    assert p.unprepare(_uid(a), "default", "a") == ""  # and it can be let go, from both
+    assert p.prepared == {} and _prepared_on_disk(tmp_path) == set()
+
+
+class _OneClaim:
+    """A claim source answering ``doc`` for every claim (a source that has gone wrong)."""
+
+    def __init__(self, doc: Any) -> None:
+        self.doc = doc
+
+    def get(self, namespace: str, name: str) -> Any:
+        return self.doc
+
+
+@pytest.mark.parametrize("doc", [{"metadata": []}, {"metadata": "x"}, {}, [], "claim"])
+def test_a_claim_read_without_a_metadata_object_is_refused_not_raised(
+        tmp_path: Path, doc: Any) -> None:
+    """``prepare`` never raises: one claim read wrong fails that claim, not the kubelet's
+    whole batch."""
+    p = _preparer(tmp_path, claims=_OneClaim(doc))
+    r = p.prepare("uid-1", "default", "a")
+    assert r.error == "ResourceClaim default/a as read has no metadata object"
+    assert r.devices == () and p.prepared == {} and p.holdings == {}
 
 
 def test_a_failed_checkpoint_write_leaves_a_spec_it_cannot_remove_and_still_answers(
