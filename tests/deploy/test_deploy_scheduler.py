@@ -44,6 +44,7 @@ from tests.deploy.helpers import (
     sa_kubeconfig,
     tls_values,
 )
+from tests.http_replies import reply_json
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * 3600)]
 
@@ -71,13 +72,7 @@ class StubExtender:
                 body = json.loads(self.rfile.read(length) or b"{}")
                 with stub.lock:
                     stub.calls.append((self.path, body))
-                reply = stub.handle(self.path, body)
-                data = json.dumps(reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply_json(self, 200, stub.handle(self.path, body))
 
         self.core = core
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

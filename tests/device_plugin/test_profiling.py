@@ -25,6 +25,7 @@ from device_plugin.profiling import (
 from device_plugin.settings import DevicePluginSettings
 from scheduler_extender.profiles import ProfileLayers
 from tests.device_plugin.helpers import NODE, decide
+from tests.http_replies import reply
 from tests.topology.colocation.test_colocation_dcgm import exposition
 from topology import catalog
 from topology.colocation.profile import load_catalog_text
@@ -56,12 +57,7 @@ class Exporter:
                     return
                 text = outer.texts[min(outer.served, len(outer.texts) - 1)]
                 outer.served += 1
-                body = text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                reply(self, 200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
             def log_message(self, *args: Any) -> None:
                 pass

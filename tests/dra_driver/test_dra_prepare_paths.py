@@ -27,6 +27,7 @@ from dra_driver.checkpoint import Checkpoint, CheckpointError, PreparedClaim
 from dra_driver.prepare import ClaimSourceError, FileClaimSource, KubeClaimSource
 from tests.dra_driver.helpers import claim, write_claims
 from tests.dra_driver.test_dra_prepare import NODE, TOPO, _env, _preparer
+from tests.http_replies import reply_json
 from topology.colocation.model import DEFAULT_SLOTS
 from topology.dra import DRIVER, DeviceKind
 
@@ -431,12 +432,7 @@ class _ApiServer:
                 status, doc = (200, found) if found is not None else (404, {
                     "kind": "Status", "apiVersion": "v1", "status": "Failure",
                     "reason": "NotFound", "code": 404})
-                data = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply_json(self, status, doc)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

@@ -23,6 +23,7 @@ from kubernetes import client as k8s_client
 
 from scheduler_extender.kubernetes_state import ApiError, KubernetesState, OfficialKubeAPI
 from scheduler_extender.state import BindError, PodRef
+from tests.http_replies import reply_json
 from topology import catalog
 from topology.contract import assignment_annotations
 from topology.policies.base import NodeState, Request
@@ -50,12 +51,7 @@ def _server(behaviour: LostReplies) -> ThreadingHTTPServer:
             pass
 
         def _json(self, status: int, doc: dict[str, Any]) -> None:
-            data = json.dumps(doc).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply_json(self, status, doc)
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
