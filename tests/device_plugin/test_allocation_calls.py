@@ -319,6 +319,14 @@ def test_a_unit_allocation_names_its_one_gpu(topo: Topology) -> None:
     }
 
 
+def test_the_default_vgpu_memory_unit_is_256_mib(topo: Topology) -> None:
+    d = decide(topo, NodeState(), Request(count=0, core_percent=20, memory_mib=4096))
+    source = MemoryPodSource([bound_pod("f", d, limits={CORE: 20, MEM: 16})])
+    alloc = Allocator(topo, NODE, source, allocate_wait_s=0)
+    units = [f"{d.uuids[0]}::mem-{i}" for i in range(16)]
+    assert alloc.allocate(MEM, units).pod.name == "f"
+
+
 def test_device_nodes_follow_the_minor_numbers_and_the_filter(topo: Topology) -> None:
     d = decide(topo, NodeState(), Request(count=2))
     minors = {g.index: 10 + g.index for g in topo.gpus}
@@ -442,27 +450,27 @@ def test_pre_start_without_an_owner_cannot_check(topo: Topology) -> None:
 
 
 def test_pre_start_refuses_a_holder_gputopo_does_not_list(topo: Topology) -> None:
-    d = decide(topo, NodeState(), Request(count=1))
+    d = decide(topo, NodeState(), Request(count=2))
     _src, alloc, kubelet = setup(topo, [bound_pod("p", d)])
     kubelet.view.pods[("default", "ghost")] = {"main": {RESOURCE_GPU: frozenset(d.uuids)}}
     with pytest.raises(
         IdentityError,
-        match=rf"^pod default/ghost holds nvidia.com/gpu {d.uuids[0]} but is not listed on "
-        r"node n1$",
+        match=rf"^pod default/ghost holds nvidia.com/gpu {d.uuids[0]},{d.uuids[1]} but is not "
+        r"listed on node n1$",
     ):
         alloc.pre_start(RESOURCE_GPU, list(d.uuids))
 
 
 def test_pre_start_refuses_a_holder_without_a_usable_assignment(topo: Topology) -> None:
-    d = decide(topo, NodeState(), Request(count=1))
+    d = decide(topo, NodeState(), Request(count=2))
     pod = bound_pod("p", d)
-    pod["metadata"]["annotations"][ANN_GPU_UUIDS] = "GPU-1,GPU-2"
+    pod["metadata"]["annotations"][ANN_GPU_UUIDS] = "GPU-1"
     _src, alloc, kubelet = setup(topo, [pod])
     kubelet.view.pods[("default", "p")] = {"main": {RESOURCE_GPU: frozenset(d.uuids)}}
     with pytest.raises(
         IdentityError,
         match=rf"^pod default/p \(container main\) is about to start on nvidia.com/gpu "
-        rf"{d.uuids[0]} without a usable gputopo assignment: ",
+        rf"{d.uuids[0]},{d.uuids[1]} without a usable gputopo assignment: ",
     ):
         alloc.pre_start(RESOURCE_GPU, list(d.uuids))
 
