@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from device_plugin.api import api_pb2 as pb
 from device_plugin.devices import RESOURCES
 from device_plugin.identity import IdentityError
 from device_plugin.kubelet_view import NoKubeletView, PodResourcesClient
@@ -215,6 +216,7 @@ def test_the_pieces_built_for_file_sources_and_sinks(tmp_path: Path) -> None:
     assert plugin.publisher.path == tmp_path / "n.json"
     assert isinstance(plugin.view, NoKubeletView)
     assert isinstance(plugin.profile_sink, FileProfileSink)
+    assert plugin.profile_sink.path == tmp_path / "profiles.json"
     loop = plugin.profile_loop
     assert loop is not None
     assert (loop.url, loop.node, loop.pods, loop.sink, loop.interval_s) == (
@@ -228,6 +230,22 @@ def test_the_kubelets_pod_resources_socket_is_read_when_set(tmp_path: Path) -> N
     assert isinstance(plugin.view, PodResourcesClient)
     assert plugin.view.socket_path == str(tmp_path / "pr.sock")
     assert plugin.allocator.view is plugin.view
+
+
+def test_each_resources_device_stream_follows_health_and_ends_when_the_plugin_stops(
+    tmp_path: Path,
+) -> None:
+    plugin = _plugin(tmp_path)
+    servicer = plugin.servers[0].servicer
+    assert servicer.spec.name == RESOURCE_GPU
+    stream = servicer.ListAndWatch(pb.Empty(), SimpleNamespace(is_active=lambda: True))
+    first = next(stream)
+    assert [d.health for d in first.devices] == ["Healthy"] * 8
+    plugin.health.set_health(catalog.get(MACHINE).gpus[6].uuid, False, xid=79)
+    second = next(stream)
+    assert [d.health for d in second.devices].index("Unhealthy") == 6
+    plugin.stop_event.set()
+    assert list(stream) == []  # the stream ends (within one health wait)
 
 
 KUBECONFIG = """\
@@ -260,7 +278,7 @@ def test_kubernetes_sources_and_sinks_share_one_api_client(tmp_path: Path) -> No
 def test_an_unusable_kubeconfig_stops_the_plugin(tmp_path: Path) -> None:
     bad = tmp_path / "kubeconfig"
     bad.write_text("not: a kubeconfig\n")
-    with pytest.raises(PluginError):
+    with pytest.raises(PluginError, match=rf"^cannot load kubeconfig {bad}: "):
         build_plugin("dgx1-v100", tmp_path, kubeconfig=str(bad), pod_source="kubernetes")
 
 
