@@ -359,3 +359,35 @@ def test_a_started_plugin_publishes_its_node_and_an_xid_at_once(short: Path) -> 
         assert plugin.inventory.listing(RESOURCE_GPU)[5][1] is False
     finally:
         plugin.stop()
+
+
+def test_a_real_node_reads_its_device_minors_from_proc_and_a_fake_one_does_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from device_plugin import plugin as plugin_module
+    from device_plugin.plugin import DevicePlugin
+
+    asked: list[Path | None] = []
+
+    def minors(topology, proc):  # type: ignore[no-untyped-def]
+        asked.append(proc)
+        return {g.index: 10 + g.index for g in topology.gpus}
+
+    monkeypatch.setattr(plugin_module, "minor_numbers", minors)
+    topo = catalog.get(MACHINE)
+    d = decide(topo, NodeState(), Request(count=1))
+    fake = _plugin(tmp_path, [bound_pod("p", d)], allocate_wait_s=0)
+    assert asked == [None]
+    got = fake.allocator.allocate(RESOURCE_GPU, list(d.uuids))
+    assert got.grant.devices[0][1] == f"/dev/nvidia{10 + d.gpus[0]}"
+    real = load_settings({"node_name": "n1", "pod_source": f"file:{tmp_path / 'pods.json'}",
+                          "node_sink": f"file:{tmp_path / 'n.json'}", "metrics_port": 0})
+    DevicePlugin(real, None, topo, fake.pods, fake.publisher, NoKubeletView())
+    assert asked == [None, Path("/proc")]
+
+
+def test_a_plugin_without_a_closable_kubelet_view_stops(tmp_path: Path) -> None:
+    plugin = _plugin(tmp_path, pod_resources_socket="")
+    assert not hasattr(plugin.view, "close")
+    plugin.stop()
+    assert plugin.stop_event.is_set()
