@@ -391,3 +391,20 @@ def test_a_plugin_without_a_closable_kubelet_view_stops(tmp_path: Path) -> None:
     assert not hasattr(plugin.view, "close")
     plugin.stop()
     assert plugin.stop_event.is_set()
+
+
+def test_a_started_plugin_probes_its_gpus_and_marks_a_lost_one(short: Path) -> None:
+    (short / "dp").mkdir()
+    xids = short / "xids"
+    xids.write_text("")
+    plugin = _plugin(short, device_plugin_dir=str(short / "dp"), fake_xid_file=str(xids),
+                     health_probe_interval_s=0.05)
+    lost = catalog.get(MACHINE).gpus[2].uuid
+    plugin.start()
+    try:
+        with xids.open("a") as f:
+            f.write("2 lost\n")  # the fake NVML fails the device; only a probe notices
+        wait_for(lambda: lost in plugin.health.unhealthy())
+        assert plugin.health.unhealthy() == {lost}
+    finally:
+        plugin.stop()
