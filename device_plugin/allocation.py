@@ -54,10 +54,7 @@ class Inventory:
 
     def __init__(self, topology: Topology, health: HealthState, unit_mib: int,
                  slots: int = DEFAULT_SLOTS) -> None:
-        self.topology = topology
         self.health = health
-        self.unit_mib = unit_mib
-        self.slots = slots
         self.devices: dict[str, tuple[Device, ...]] = {
             spec.name: build_devices(topology, spec, unit_mib, slots) for spec in RESOURCES
         }

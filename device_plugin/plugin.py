@@ -53,9 +53,10 @@ class PluginError(RuntimeError):
     """The plugin cannot start; the message is one line."""
 
 
-def core_api(kubeconfig: Path | None, timeout_s: float = 10.0) -> Any:
+def core_api(kubeconfig: Path | None) -> Any:
     """A ``CoreV1Api`` from ``kubeconfig``, or from the in-cluster service account
-    (:func:`gpunode.kube.core_api`).
+    (:func:`gpunode.kube.core_api`); each caller gives its calls its own timeout
+    (``api_timeout_s``).
 
     Raises:
         PluginError: no usable configuration.
@@ -232,7 +233,7 @@ class DevicePlugin:
         def kube() -> Any:
             nonlocal api
             if api is None:
-                api = core_api(settings.kubeconfig, settings.api_timeout_s)
+                api = core_api(settings.kubeconfig)
             return api
 
         pods: PodSource
