@@ -550,6 +550,10 @@ class ClusterState(Protocol):
 
 
 # ------------------------------------------------------------------------------ memory
+#: Most nodes a ``CATALOG:COUNT`` spec may name (each is built in memory before any start).
+MAX_SPEC_NODES = 10_000
+
+
 def parse_nodes_spec(spec: str) -> list[tuple[str, Topology]]:
     """Expand ``CATALOG:COUNT[,CATALOG:COUNT…]`` into ``[(name, topology)]``.
 
@@ -557,7 +561,8 @@ def parse_nodes_spec(spec: str) -> list[tuple[str, Topology]]:
     its numbering. ``COUNT`` defaults to 1 (``dgx1-v100`` = ``dgx1-v100:1``).
 
     Raises:
-        NodesSpecError: empty spec, bad count, unknown catalog machine (names the known ones).
+        NodesSpecError: empty spec, bad count, more than :data:`MAX_SPEC_NODES` nodes in all,
+            unknown catalog machine (names the known ones).
     """
     out: list[tuple[str, Topology]] = []
     seen: dict[str, int] = {}
@@ -571,6 +576,8 @@ def parse_nodes_spec(spec: str) -> list[tuple[str, Topology]]:
         count = decimal_int(count_text)
         if count is None or count < 1:
             raise NodesSpecError(f"bad node count in {part!r}; expected CATALOG:COUNT, COUNT >= 1")
+        if len(out) + count > MAX_SPEC_NODES:
+            raise NodesSpecError(f"{spec.strip()!r} names more than {MAX_SPEC_NODES} nodes")
         try:
             topo = catalog.get(machine)
         except catalog.UnknownMachine as exc:

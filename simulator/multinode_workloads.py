@@ -39,10 +39,13 @@ import yaml
 from simulator import SimulationError
 from simulator.workloads import (
     MAPA_NETWORKS,
+    MAX_JOBS,
+    MAX_NODES,
     JobId,
     _bool,
     _num,
     _params,
+    check_most,
     id_key,
     params_field,
     parse_job_id,
@@ -173,6 +176,8 @@ def hierarchy_workload(jobs: int = 300, seed: int = 0, rate: float = 6.0, gangs:
     """
     if jobs < 1 or rate <= 0 or not 0.0 <= gangs <= 1.0:
         raise SimulationError("hierarchy: jobs >= 1, rate > 0 and 0 <= gangs <= 1")
+    check_most(jobs, "jobs", MAX_JOBS, "hierarchy")
+    check_most(blocks * racks * nodes, "blocks x racks x nodes", MAX_NODES, "hierarchy")
     if min(blocks, racks, nodes) < 1:
         raise SimulationError("hierarchy: blocks, racks and nodes must be >= 1")
     if cliques not in CLIQUES:
@@ -267,6 +272,7 @@ def _cluster(raw: Any, origin: str) -> ClusterSpec:
                        cliques=str(raw.get("cliques", "none")), hierarchy=raw.get("hierarchy"))
     if min(spec.blocks, spec.racks, spec.nodes) < 1:
         raise SimulationError(f"{origin}: blocks, racks and nodes must be >= 1")
+    check_most(spec.size, "blocks x racks x nodes", MAX_NODES, origin)
     if spec.cliques not in CLIQUES:
         raise SimulationError(f"{origin}: cliques must be {' or '.join(CLIQUES)}")
     spec.resolved_hierarchy()

@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 
 from simulator import SimulationError
-from simulator.workloads import _params, params_field
+from simulator.workloads import MAX_JOBS, MAX_NODES, _params, check_most, params_field
 from topology.model import TopologyError
 from topology.planning.energy import (
     BUILTIN_POWER,
@@ -415,9 +415,11 @@ def scenario(case: int, nodes: int, seed: int, jobs: int | None = None, load: fl
     """
     if nodes < 2:
         raise SimulationError(f"andreas-s{case}: needs at least 2 nodes (half V100, half T4)")
+    check_most(nodes, "nodes", MAX_NODES, f"andreas-s{case}")
     n_jobs = 10 * nodes if jobs is None else jobs
     if n_jobs < 1 or load <= 0 or phase_s <= 0:
         raise SimulationError(f"andreas-s{case}: jobs, load and phase must be positive")
+    check_most(n_jobs, "jobs", MAX_JOBS, f"andreas-s{case}")
     profiles = packaged_profiles()
     v100, t4 = CASES[case]
     n_v100 = (nodes + 1) // 2

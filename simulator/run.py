@@ -17,7 +17,7 @@ from simulator import SimulationError, output_dir
 from simulator.engine import RunResult, Simulation
 from simulator.report import write_all
 from simulator.runtime import JUDGES
-from simulator.workloads import Workload, load_workload
+from simulator.workloads import MAX_NODES, Workload, check_most, load_workload
 from topology.colocation.model import DEFAULT_SLOTS, DEFAULT_THRESHOLD
 from topology.model import Topology, TopologyError
 from topology.policies.default import POSTPONE_MAX_S
@@ -124,6 +124,7 @@ def simulate(
         workload, seed=seed, nodes=nodes)
     topo = resolve_topology(topo, wl)
     n = nodes if nodes is not None else wl.default_nodes
+    check_most(n, "nodes", MAX_NODES, wl.name)
     memo = Memo()  # per-class tables shared by this simulation's runs (decisions are not)
     sims = [Simulation(topo, n, wl, p, queue=queue, node_choice=node_choice, judge=judge,
                        group_nodes=group_nodes, memo=memo, slots=slots,

@@ -333,6 +333,7 @@ def mapa(jobs: int = 300, seed: int = 0, arrival: str = "batch", rate: float = 1
     """
     if jobs < 1:
         raise SimulationError("mapa: jobs must be at least 1")
+    check_most(jobs, "jobs", MAX_JOBS, "mapa")
     if arrival not in ("batch", "poisson"):
         raise SimulationError("mapa: arrival must be batch or poisson")
     if rate <= 0:
@@ -382,6 +383,7 @@ def amaral(jobs: int, seed: int, rate: float, name: str, nodes: int) -> Workload
     """
     if jobs < 1 or rate <= 0:
         raise SimulationError(f"{name}: jobs must be at least 1 and rate positive")
+    check_most(jobs, "jobs", MAX_JOBS, name)
     rng = random.Random(seed)
     out: list[Job] = []
     t = 0.0
@@ -405,6 +407,25 @@ def amaral_prototype() -> Workload:
 
 
 # ------------------------------------------------------------------------------ files
+
+
+#: Most nodes a simulated cluster may have. The largest benchmark runs 1 000; the simulator
+#: keeps state per node (and a generator draws per node), so a mistyped count would take the
+#: machine's memory before the first event instead of an error.
+MAX_NODES = 10_000
+#: Most jobs a generated workload may have (the largest benchmark generates 10 000).
+MAX_JOBS = 100_000
+
+
+def check_most(value: int, key: str, most: int, where: str) -> None:
+    """Refuse a count above ``most`` (:data:`MAX_NODES`, :data:`MAX_JOBS`).
+
+    Raises:
+        SimulationError: one line naming ``where``, ``key``, the value and the bound.
+    """
+    if value > most:
+        raise SimulationError(f"{where}: {key}={value} is more than the simulator takes "
+                              f"(at most {most})")
 
 
 def _num(value: Any, key: str, where: str, kind: type = float) -> Any:
@@ -690,6 +711,7 @@ def tabrizian_batch(name: str, keys: tuple[str, ...], sets: int, workers: int,
     """
     if iterations < 1 or sets < 1:
         raise SimulationError(f"{name}: iterations and sets must be at least 1")
+    check_most(sets * len(keys), "jobs", MAX_JOBS, name)
     catalog = _catalog_for(workers, name)
     jobs = []
     for s in range(sets):
@@ -727,6 +749,7 @@ def tabrizian_mix(jobs: int = 200, seed: int = 0, rate: float = 4.0, shared: flo
     """
     if jobs < 1 or rate <= 0 or not 0.0 <= shared <= 1.0:
         raise SimulationError("tabrizian-mix: jobs >= 1, rate > 0 and 0 <= shared <= 1")
+    check_most(jobs, "jobs", MAX_JOBS, "tabrizian-mix")
     catalog = _catalog_for(workers, "tabrizian-mix")
     rng = random.Random(seed)
     models = sorted({k.split(":")[0] for k in catalog})

@@ -18,6 +18,7 @@ runner = CliRunner()
         (["--timeout", "0"], "--timeout must be between 1 and 3600"),
         (["--nodes", "dgx9000:2"], "dgx9000"),
         (["--nodes", "dgx1-v100:x"], "bad node count"),
+        (["--nodes", "dgx1-v100:1000000000"], "names more than 10000 nodes"),
         (["--policy", "fastest"], "fastest"),
         (["--frobnicate"], "unexpected argument '--frobnicate'"),
         (["extra"], "unexpected argument 'extra'"),

@@ -103,3 +103,39 @@ def test_a_workload_name_too_long_for_a_file_is_refused_in_one_line(spec: str) -
     assert r.exit_code == 2, (r.stderr, r.exception)
     assert r.stderr.startswith("gputopo: error: ") and \
         ("unknown workload" in r.stderr or "not found" in r.stderr), r.stderr
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["-w", "mapa:jobs=1000000000", "-t", "dgx1-v100", "-p", "gputopo"],
+     "mapa: jobs=1000000000 is more than the simulator takes (at most 100000)"),
+    (["-w", "mapa", "-n", "1000000000", "-t", "dgx1-v100", "-p", "gputopo"],
+     "mapa: nodes=1000000000 is more than the simulator takes (at most 10000)"),
+    (["-w", "tabrizian-mix:jobs=200000", "-p", "baseline"], "jobs=200000 is more than"),
+    (["-w", "amaral-s2:jobs=100001", "-t", "minsky", "-p", "fcfs"], "jobs=100001 is more than"),
+    (["-w", "hierarchy:nodes=100000000", "-p", "gputopo"],
+     "hierarchy: blocks x racks x nodes=1600000000 is more than"),
+    (["-w", "hierarchy:jobs=100001", "-p", "gputopo"], "hierarchy: jobs=100001 is more than"),
+    (["-w", "andreas-s1:jobs=100000000", "-p", "fifo"], "andreas-s1: jobs=100000000 is more"),
+    (["-w", "andreas-s1", "-n", "100000000", "-p", "fifo"], "andreas-s1: nodes=100000000 is"),
+])
+def test_a_workload_too_large_to_simulate_is_refused_before_it_is_built(
+        args: list[str], says: str) -> None:
+    """Each of these took all the machine's memory (a MemoryError, or the kernel's OOM killer
+    first) building its jobs or nodes; the generated workload files found the first (a
+    file's ``default_nodes`` or cluster ``nodes`` drawn as a 21-digit number)."""
+    with tempfile.TemporaryDirectory() as d:
+        r = runner.invoke(app, ["simulate", *args, "-o", d, "--no-plots"])
+    assert r.exit_code == 2, (r.stderr, r.exception)
+    assert says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize(("kind", "patch", "says"), [
+    ("mapa", {"default_nodes": 10**18}, "nodes=1000000000000000000 is more than"),
+    ("hierarchy", {"cluster": {"machine": "dgx1-v100", "blocks": 4, "racks": 4,
+                               "nodes": 10**18}}, "blocks x racks x nodes="),
+])
+def test_a_workload_file_whose_cluster_is_too_large_is_refused(
+        kind: str, patch: dict[str, Any], says: str) -> None:
+    base, args = DOCS[kind]
+    r, _ = _invoke({**base, **patch}, args)
+    assert r.exit_code == 2 and says in r.stderr, (r.stderr, r.exception)

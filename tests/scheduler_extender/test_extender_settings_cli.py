@@ -40,6 +40,8 @@ def test_precedence_cli_env_file_default(tmp_path: Path, monkeypatch: pytest.Mon
     ({"policy": "fastest"}, "unknown policy 'fastest'"),
     ({"state": "memory", "nodes": "dgx9:2"}, "unknown catalog machine 'dgx9'"),
     ({"state": "memory", "nodes": "dgx1-v100:zero"}, "bad node count"),
+    ({"state": "memory", "nodes": "dgx1-v100:1000000000"}, "names more than 10000 nodes"),
+    ({"state": "memory", "nodes": "dgx1-v100:6000,pcie-8gpu:4001"}, "names more than 10000"),
     ({"state": "etcd"}, "setting state"),
     ({"port": 70000}, "setting port"),
     ({"gil_switch_interval_ms": 0}, "setting gil_switch_interval_ms"),
