@@ -320,6 +320,22 @@ def test_start_serves_metrics_and_stop_removes_everything_it_made(short: Path) -
     assert closed == [True, True]
 
 
+def test_the_metrics_endpoint_listens_only_on_the_host_given(short: Path) -> None:
+    """``metrics_host`` 127.0.0.1: the endpoint answers there and refuses 127.0.0.2 (another
+    loopback address), which it would answer if it listened on every interface."""
+    (short / "dp").mkdir()
+    port = free_port()
+    plugin = _plugin(short, device_plugin_dir=str(short / "dp"), metrics_port=port,
+                     metrics_host="127.0.0.1")
+    plugin.start()
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.2", port), timeout=10).close()
+    finally:
+        plugin.stop()
+
+
 def test_a_metrics_port_in_use_stops_the_start(short: Path) -> None:
     (short / "dp").mkdir()
     with socket.socket() as taken:
