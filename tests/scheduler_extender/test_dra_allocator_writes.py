@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
+
 from scheduler_extender.dra.claims import DELETE_PROTECTION
 from scheduler_extender.kubernetes_state import ApiError
 from tests.scheduler_extender.dra_fakes import (
@@ -359,3 +361,28 @@ def test_a_claim_the_controller_found_not_needed_does_not_hide_the_next() -> Non
     drain(alloc)
     assert len(_results(api, "ns/c")) == 2
     assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+
+
+@pytest.mark.parametrize(("compute", "memory", "says"), [
+    (60, "4Gi", "no GPU has 60% vGPU-core and 4096 MiB free"),  # core: 120 % of the GPU
+    (30, "10Gi", "no GPU has 30% vGPU-core and 10240 MiB free"),  # memory: 20 GiB of 16
+], ids=["compute", "memory"])
+def test_a_share_whose_write_is_in_flight_is_held_against_the_next_decision(
+        compute: int, memory: str, says: str) -> None:
+    """On a one-GPU node, a share is decided and its claim write is still in flight (the
+    watch cannot show it yet) when a second share is decided: the first is held on that node
+    with its vGPU-core and its memory, so the second, which together with it would exceed the
+    GPU, waits — never two shares beyond one GPU. (Round 13's in-flight hold survivors: a
+    share held without its node, its core percent or its memory.)"""
+    alloc, api = cluster({"n0": "v100-1gpu"})
+    gate = held_claim_writes(api)
+    api.add_claim(claim_obj("ns", "a", [share("g", compute, memory)]))
+    api.add_pod(pod_obj("ns", "p1", [("g", "a")]))
+    alloc.sync("ns/p1")  # decided; its claim write waits
+    api.add_claim(claim_obj("ns", "b", [share("g", compute, memory)]))
+    api.add_pod(pod_obj("ns", "p2", [("g", "b")]))
+    alloc.sync("ns/p2")
+    assert says in alloc.pending()["ns/p2"]
+    gate.set()
+    drain(alloc)
+    assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/a")]
