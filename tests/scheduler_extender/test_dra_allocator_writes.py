@@ -23,6 +23,7 @@ from tests.scheduler_extender.dra_fakes import (
     held_claim_writes,
     pod_obj,
     share,
+    slot,
 )
 from topology import catalog, dra
 
@@ -386,3 +387,21 @@ def test_a_share_whose_write_is_in_flight_is_held_against_the_next_decision(
     gate.set()
     drain(alloc)
     assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/a")]
+
+
+def test_a_slot_whose_write_is_in_flight_is_held_against_the_next_decision() -> None:
+    """The same for co-location slots: the first slot's 10 GiB is held on the one GPU while
+    its write is in flight, so a second 10 GiB slot (20 GiB of 16) waits instead of joining
+    it. (Round 13's slot in-flight survivor held without its node; the one held without its
+    memory passes this test too: the slot's memory is counted through its resident as well.)"""
+    alloc, api = cluster({"n0": "v100-1gpu"}, policy="mapa-greedy", colocation_policy="gputopo")
+    gate = held_claim_writes(api)
+    for name in ("a", "b"):
+        api.add_claim(claim_obj("ns", f"{name}-slot", [slot("s", "10Gi")]))
+        api.add_pod(pod_obj("ns", name, [("s", f"{name}-slot")],
+                            annotations={"gputopo.io/profile": "resnet18:64"}))
+        alloc.sync(f"ns/{name}")  # a decided, its write waits; then b
+    assert "ns/b" in alloc.pending() and "ns/a" not in alloc.pending()
+    gate.set()
+    drain(alloc)
+    assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/a-slot")]
