@@ -405,3 +405,52 @@ def test_a_slot_whose_write_is_in_flight_is_held_against_the_next_decision() -> 
     gate.set()
     drain(alloc)
     assert [w for w in api.writes if w[0] == "claim"] == [("claim", "ns/a-slot")]
+
+
+class _LaggingClaimWatch:
+    """The allocator as the fake API server sees it, with the claim watch lagging: claim
+    events are kept until :meth:`deliver` (pod events pass at once)."""
+
+    def __init__(self, alloc: Any) -> None:
+        self.alloc, self.kept = alloc, []
+
+    def on_claim(self, kind: str, obj: dict[str, Any]) -> None:
+        self.kept.append((kind, obj))
+
+    def deliver(self) -> None:
+        for kind, obj in self.kept:
+            self.alloc.on_claim(kind, obj)
+        self.kept = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.alloc, name)
+
+
+def test_a_written_claim_stays_held_when_a_later_claim_of_its_pod_fails_while_the_watch_lags(
+) -> None:
+    """A pod's first claim is written, its second claim's write fails, and the claim watch
+    has not shown the first yet: the first's GPUs must stay held (only the failed claim's are
+    let go), or the next decision could hand them out a second time before the watch catches
+    up. (Round 13's last in-flight survivor: the written claim's hold dropped with the
+    failed one's.)"""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    lag = _LaggingClaimWatch(alloc)
+    api.allocator = lag  # type: ignore[assignment]
+    pod = pod_obj("ns", "p", [("x", "a"), ("y", "b")])
+    api.add_claim(claim_obj("ns", "a", [gpus("g", 2)], owner=pod))
+    api.add_claim(claim_obj("ns", "b", [gpus("g", 2)], owner=pod))
+    lag.deliver()  # the claims as created
+    _fail_once(api, "ns/b", ApiError("500 injected", 500))
+    api.add_pod(pod)
+    with alloc._lock:  # noqa: SLF001 - the test drives the loop itself
+        alloc._queue.clear()  # noqa: SLF001
+    alloc.sync("ns/p")
+    alloc._writers.submit(lambda: None).result()  # noqa: SLF001 - the writes are over
+    assert alloc.metrics.write_errors == 1 and lag.kept  # a's allocation not seen yet
+    written = {dra.parse_device_name(r["device"]).index for r in _results(api, "ns/a")}
+    held = {g for x in alloc.state.book.all() for g in x.gpus}
+    assert held == written and len(written) == 2
+    api.allocator = alloc  # the watch catches up
+    lag.deliver()
+    drain(alloc)  # the pod's retry: its second claim now
+    assert len(set(_held(api))) == 4
