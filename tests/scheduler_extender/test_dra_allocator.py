@@ -565,13 +565,26 @@ def _five_on_the_issue_set(**kw: Any) -> tuple[Any, Any]:
     return alloc, api
 
 
-def _three_postponed(now: list[float], wall: list[float]) -> tuple[Any, Any]:
-    """Issue 24's case with a bound of 300 s: a bandwidth-sensitive 3-GPU ring postponed
+def _three_postponed(now: list[float], wall: list[float], bound: float = 300) -> tuple[Any, Any]:
+    """Issue 24's case with a bound of ``bound`` s: a bandwidth-sensitive 3-GPU ring postponed
     (only {1,5,6} free) on clocks ``now`` (monotonic) and ``wall`` (Unix s)."""
-    alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
+    alloc, api = _five_on_the_issue_set(postpone_max_s=bound, monotonic=lambda: now[0],
                                         wall=lambda: wall[0])
     api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
     api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
+    drain(alloc)
+    assert "ns/three" in alloc.pending()
+    return alloc, api
+
+
+def _met_by_a_new_allocator(pod: dict[str, Any], now: list[float], wall: list[float],
+                            bound: float = 300) -> tuple[Any, Any]:
+    """A new allocator (a new leader, with its own monotonic origin) meeting issue 24's
+    postponed ring ``pod`` with its claim; the ring is still waiting."""
+    alloc, api = _five_on_the_issue_set(postpone_max_s=bound, monotonic=lambda: now[0],
+                                        wall=lambda: wall[0])
+    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
+    api.add_pod(pod)
     drain(alloc)
     assert "ns/three" in alloc.pending()
     return alloc, api
@@ -589,12 +602,7 @@ def test_a_postponement_is_kept_in_the_pod_for_the_next_allocator() -> None:
     assert [c["reason"] for c in pod["status"]["conditions"]] == ["WaitingForBetterGPUs"]
     assert api.writes.count(("conditions", "ns/three")) == 1  # once, at the start
     now[0], wall[0] = 5000.0, wall[0] + 200  # another process: another monotonic origin
-    alloc, api = _five_on_the_issue_set(postpone_max_s=300, monotonic=lambda: now[0],
-                                        wall=lambda: wall[0])
-    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
-    api.add_pod(pod)
-    drain(alloc)
-    assert "ns/three" in alloc.pending()
+    alloc, api = _met_by_a_new_allocator(pod, now, wall)
     now[0], wall[0] = now[0] + 99.0, wall[0] + 99.0
     assert alloc.recheck_postponed() == []
     now[0], wall[0] = now[0] + 1.0, wall[0] + 1.0

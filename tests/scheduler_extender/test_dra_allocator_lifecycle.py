@@ -22,6 +22,7 @@ from tests.scheduler_extender.dra_fakes import (
 from tests.scheduler_extender.test_dra_allocator import (
     _five_on_the_issue_set,
     _indices,
+    _met_by_a_new_allocator,
     _placed_lost,
     _three_postponed,
 )
@@ -297,22 +298,12 @@ def test_a_one_second_bound_still_postpones_and_a_new_allocator_continues_it() -
     meeting that pod half a second in ends the wait half a second later, continuing the
     pod's clock rather than starting its own. (Round 13's "1 s bound treated as 0" survivors.)"""
     now, wall = [0.0], [1_767_225_600.0]
-    alloc, api = _five_on_the_issue_set(postpone_max_s=1, monotonic=lambda: now[0],
-                                        wall=lambda: wall[0])
-    api.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
-    api.add_pod(pod_obj("ns", "three", [("g", "three")], annotations={ANN_PATTERN: "ring"}))
-    drain(alloc)
-    assert "ns/three" in alloc.pending()
+    alloc, api = _three_postponed(now, wall, bound=1)
     pod = copy.deepcopy(api.pods["ns/three"])
     assert pod["status"]["conditions"][0]["reason"] == "WaitingForBetterGPUs"
     alloc.stop()
     now[0], wall[0] = 5000.0, wall[0] + 0.5  # another process: another monotonic origin
-    fresh, api2 = _five_on_the_issue_set(postpone_max_s=1, monotonic=lambda: now[0],
-                                         wall=lambda: wall[0])
-    api2.add_claim(claim_obj("ns", "three", [gpus("g", 3)]))
-    api2.add_pod(pod)
-    drain(fresh)
-    assert "ns/three" in fresh.pending()
+    fresh, api2 = _met_by_a_new_allocator(pod, now, wall, bound=1)
     now[0] += 0.4
     assert fresh.recheck_postponed() == []
     now[0] += 0.1
