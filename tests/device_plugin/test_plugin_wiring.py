@@ -359,12 +359,18 @@ def test_a_socket_that_cannot_be_made_stops_the_start_and_cleans_up(short: Path)
     assert plugin.stop_event.is_set()
 
 
-def test_a_started_plugin_publishes_its_node_and_an_xid_at_once(short: Path) -> None:
+def _with_xid_file(short: Path, **flags: object):  # type: ignore[no-untyped-def]
+    """A plugin on ``short`` whose fake NVML reads XID lines from ``short/xids`` (empty), and
+    that file."""
     (short / "dp").mkdir()
     xids = short / "xids"
     xids.write_text("")
-    plugin = _plugin(short, device_plugin_dir=str(short / "dp"), fake_xid_file=str(xids),
-                     publish_interval_s=3600)
+    return _plugin(short, device_plugin_dir=str(short / "dp"), fake_xid_file=str(xids),
+                   **flags), xids
+
+
+def test_a_started_plugin_publishes_its_node_and_an_xid_at_once(short: Path) -> None:
+    plugin, xids = _with_xid_file(short, publish_interval_s=3600)
     node = short / "n.json"
     plugin.start()
     try:
@@ -410,11 +416,7 @@ def test_a_plugin_without_a_closable_kubelet_view_stops(tmp_path: Path) -> None:
 
 
 def test_a_started_plugin_probes_its_gpus_and_marks_a_lost_one(short: Path) -> None:
-    (short / "dp").mkdir()
-    xids = short / "xids"
-    xids.write_text("")
-    plugin = _plugin(short, device_plugin_dir=str(short / "dp"), fake_xid_file=str(xids),
-                     health_probe_interval_s=0.05)
+    plugin, xids = _with_xid_file(short, health_probe_interval_s=0.05)
     lost = catalog.get(MACHINE).gpus[2].uuid
     plugin.start()
     try:
