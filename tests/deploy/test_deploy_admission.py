@@ -124,17 +124,31 @@ def plugin_a(cp: ControlPlane) -> Any:
 
 @pytest.fixture(scope="module")
 def policy_active(cp: ControlPlane, plugin_a: Any) -> None:
-    """Wait until the API server enforces the policy (its informers see policy and binding a
-    moment after they are created): a patch of node B by plugin A is refused."""
-    def refused() -> bool:
+    """Wait until the API server enforces both policies: a patch of node B, and of the pod
+    bound to B, by plugin A is refused. Its informers see each policy and binding a moment
+    after they are created, and each on its own: CI once saw the node policy enforced while
+    the pod policy was not yet (seven pod tests failed with no 403)."""
+    core = cp.core_v1()
+    probe = {"metadata": {"annotations": {"probe": "1"}}}
+    undo = {"metadata": {"annotations": {"probe": None}}}
+
+    def refused(patch: Callable[[Any], Any], undo_as_admin: Callable[[], Any],
+                policy: str) -> bool:
         try:
-            plugin_a.patch_node(NODE_B, {"metadata": {"annotations": {"probe": "1"}}})
+            patch(probe)
         except ApiException as exc:
-            return exc.status == 403 and NODE_POLICY in str(exc.body)
-        cp.core_v1().patch_node(NODE_B, {"metadata": {"annotations": {"probe": None}}})
+            return exc.status == 403 and policy in str(exc.body)
+        undo_as_admin()
         return False
 
-    wait_until(refused, 60, "the node policy to be enforced", interval_s=0.5)
+    wait_until(lambda: refused(lambda body: plugin_a.patch_node(NODE_B, body),
+                               lambda: core.patch_node(NODE_B, undo), NODE_POLICY),
+               60, "the node policy to be enforced", interval_s=0.5)
+    pod = f"job-{NODE_B}"
+    wait_until(lambda: refused(lambda body: plugin_a.patch_namespaced_pod(pod, WORK_NS, body),
+                               lambda: core.patch_namespaced_pod(pod, WORK_NS, undo),
+                               POD_POLICY),
+               60, "the pod policy to be enforced", interval_s=0.5)
 
 
 def _meta(value: str) -> NodeMetadata:
