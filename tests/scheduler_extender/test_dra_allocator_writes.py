@@ -454,3 +454,117 @@ def test_a_written_claim_stays_held_when_a_later_claim_of_its_pod_fails_while_th
     lag.deliver()
     drain(alloc)  # the pod's retry: its second claim now
     assert len(set(_held(api))) == 4
+
+
+def test_a_pod_updated_during_its_own_decision_keeps_the_decision() -> None:
+    """The pod watch delivers a newer version of a waiting pod (same UID, a label added)
+    while the allocator decides for it: the decision goes to the record the watch put in
+    place — its reason cleared, so the pod is no longer listed as waiting, and its
+    annotations kept, so that a gate removal tried again after a failure still writes the
+    decision onto the pod. (Round 13's two survivors: a pod replaced during its own
+    decision; each mutant checked to fail this test.)"""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "big", [gpus("g", 8)]))
+    api.add_pod(pod_obj("ns", "big", [("g", "big")]))
+    drain(alloc)
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    drain(alloc)
+    assert "no node has the GPUs" in alloc.pending()["ns/p"]
+
+    real_hold, updated = alloc.state.hold, []
+
+    def hold_then_update(allocation: Any) -> None:
+        real_hold(allocation)
+        if not updated:  # the watch's MODIFIED arrives mid-decision
+            updated.append(True)
+            live = api.pods["ns/p"]
+            live["metadata"].setdefault("labels", {})["touched"] = "yes"
+            api._bump(live)  # noqa: SLF001 - the fake's resourceVersion
+            alloc.on_pod("MODIFIED", copy.deepcopy(live))
+
+    alloc.state.hold = hold_then_update  # type: ignore[method-assign]
+    real_release, releases = api.release_pod, []
+
+    def fail_first_release(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        releases.append(dict(annotations))
+        if len(releases) == 1:
+            raise ApiError("500 injected", 500)
+        real_release(pod, annotations)
+
+    api.release_pod = fail_first_release  # type: ignore[method-assign]
+    api.delete_pod("ns/big")  # its GPUs come back
+    with alloc._lock:  # noqa: SLF001 - the test drives the loop itself
+        alloc._queue.clear()  # noqa: SLF001
+    alloc.sync("ns/p")
+    alloc._writers.submit(lambda: None).result()  # noqa: SLF001 - the writes are over
+    assert updated and len(_results(api, "ns/c")) == 2
+    assert "ns/p" not in alloc.pending()
+    drain(alloc)  # the gate removal, tried again from the record the watch replaced
+    live = api.pods["ns/p"]
+    assert live["spec"]["schedulingGates"] == [] and live["metadata"]["labels"]["touched"] == "yes"
+    assert len(releases) == 2 and releases[1] == releases[0]
+    decided = {k: v for k, v in live["metadata"].get("annotations", {}).items()
+               if k.startswith("gputopo.io/")}
+    assert decided and decided == releases[0]
+
+
+
+def test_a_pod_recreated_under_its_name_during_the_decision_gets_none_of_it() -> None:
+    """The pod is deleted and a new pod of the same name (another UID) is created while the
+    allocator decides for the old one; the new pod's one claim is already allocated (shared
+    with another pod), so it needs only its gate removed: it must not carry the old pod's
+    decision (GPUs it was never given) in its annotations. (The third form of round 13's
+    survivor: the UID check of the record the watch replaced; checked to fail this test.)"""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "s", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "s")]))
+    drain(alloc)
+    assert len(_results(api, "ns/s")) == 1
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
+    real_hold, swapped = alloc.state.hold, []
+
+    def hold_then_recreate(allocation: Any) -> None:
+        real_hold(allocation)
+        if not swapped:
+            swapped.append(True)
+            api.delete_pod("ns/p")
+            api.add_pod(pod_obj("ns", "p", [("g", "s")]))
+
+    alloc.state.hold = hold_then_recreate  # type: ignore[method-assign]
+    old = api.add_pod(pod_obj("ns", "p", [("g", "c")]))
+    drain(alloc)
+    live = api.pods["ns/p"]
+    assert swapped and live["metadata"]["uid"] != old["metadata"]["uid"]
+    assert live["spec"]["schedulingGates"] == []
+    assert not [k for k in live["metadata"].get("annotations") or {}
+                if k.startswith("gputopo.io/")]
+
+
+def test_a_pod_deleted_during_its_own_decision_leaks_no_gpu() -> None:
+    """The pod is deleted while the allocator decides for it (the watch drops its record):
+    the decision is still written (its claim's owner, the garbage collector, then deletes the
+    claim), nothing is raised, and once the claim is gone every GPU can be handed out again —
+    no reservation left behind. (Checked to fail with the replaced-record check reading a
+    record that is gone.)"""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    pod = pod_obj("ns", "p", [("g", "c")])
+    api.add_claim(claim_obj("ns", "c", [gpus("g", 2)], owner=pod))
+    real_hold, deleted = alloc.state.hold, []
+
+    def hold_then_delete(allocation: Any) -> None:
+        real_hold(allocation)
+        if not deleted:
+            deleted.append(True)
+            api.delete_pod("ns/p")
+
+    alloc.state.hold = hold_then_delete  # type: ignore[method-assign]
+    api.add_pod(pod)
+    drain(alloc)
+    assert deleted and len(_results(api, "ns/c")) == 2 and "ns/p" not in api.pods
+    gone = api.claims.pop("ns/c")  # the garbage collector: its owner is gone
+    alloc.on_claim("DELETED", gone)
+    api.add_claim(claim_obj("ns", "all", [gpus("g", 8)]))
+    api.add_pod(pod_obj("ns", "q", [("g", "all")]))
+    drain(alloc)
+    assert sorted(_held(api)) == list(range(8)) and not alloc.pending()
