@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -456,6 +456,22 @@ def test_a_written_claim_stays_held_when_a_later_claim_of_its_pod_fails_while_th
     assert len(set(_held(api))) == 4
 
 
+def _after_the_first_hold(alloc: Any, action: Callable[[], None]) -> list[bool]:
+    """Run ``action`` (a watch event) once, right after the allocator holds the first claim of
+    a decision and before it records the decision on the pod's record: the moment a pod event
+    can arrive mid-decision. Returns a list that is non-empty once it ran."""
+    real_hold, ran = alloc.state.hold, []
+
+    def hold(allocation: Any) -> None:
+        real_hold(allocation)
+        if not ran:
+            ran.append(True)
+            action()
+
+    alloc.state.hold = hold
+    return ran
+
+
 def test_a_pod_updated_during_its_own_decision_keeps_the_decision() -> None:
     """The pod watch delivers a newer version of a waiting pod (same UID, a label added)
     while the allocator decides for it: the decision goes to the record the watch put in
@@ -472,18 +488,13 @@ def test_a_pod_updated_during_its_own_decision_keeps_the_decision() -> None:
     drain(alloc)
     assert "no node has the GPUs" in alloc.pending()["ns/p"]
 
-    real_hold, updated = alloc.state.hold, []
+    def update() -> None:  # the watch's MODIFIED
+        live = api.pods["ns/p"]
+        live["metadata"].setdefault("labels", {})["touched"] = "yes"
+        api._bump(live)  # noqa: SLF001 - the fake's resourceVersion
+        alloc.on_pod("MODIFIED", copy.deepcopy(live))
 
-    def hold_then_update(allocation: Any) -> None:
-        real_hold(allocation)
-        if not updated:  # the watch's MODIFIED arrives mid-decision
-            updated.append(True)
-            live = api.pods["ns/p"]
-            live["metadata"].setdefault("labels", {})["touched"] = "yes"
-            api._bump(live)  # noqa: SLF001 - the fake's resourceVersion
-            alloc.on_pod("MODIFIED", copy.deepcopy(live))
-
-    alloc.state.hold = hold_then_update  # type: ignore[method-assign]
+    updated = _after_the_first_hold(alloc, update)
     real_release, releases = api.release_pod, []
 
     def fail_first_release(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
@@ -522,16 +533,11 @@ def test_a_pod_recreated_under_its_name_during_the_decision_gets_none_of_it() ->
     drain(alloc)
     assert len(_results(api, "ns/s")) == 1
     api.add_claim(claim_obj("ns", "c", [gpus("g", 2)]))
-    real_hold, swapped = alloc.state.hold, []
+    def recreate() -> None:
+        api.delete_pod("ns/p")
+        api.add_pod(pod_obj("ns", "p", [("g", "s")]))
 
-    def hold_then_recreate(allocation: Any) -> None:
-        real_hold(allocation)
-        if not swapped:
-            swapped.append(True)
-            api.delete_pod("ns/p")
-            api.add_pod(pod_obj("ns", "p", [("g", "s")]))
-
-    alloc.state.hold = hold_then_recreate  # type: ignore[method-assign]
+    swapped = _after_the_first_hold(alloc, recreate)
     old = api.add_pod(pod_obj("ns", "p", [("g", "c")]))
     drain(alloc)
     live = api.pods["ns/p"]
@@ -550,15 +556,7 @@ def test_a_pod_deleted_during_its_own_decision_leaks_no_gpu() -> None:
     alloc, api = cluster({"n0": "dgx1-v100"})
     pod = pod_obj("ns", "p", [("g", "c")])
     api.add_claim(claim_obj("ns", "c", [gpus("g", 2)], owner=pod))
-    real_hold, deleted = alloc.state.hold, []
-
-    def hold_then_delete(allocation: Any) -> None:
-        real_hold(allocation)
-        if not deleted:
-            deleted.append(True)
-            api.delete_pod("ns/p")
-
-    alloc.state.hold = hold_then_delete  # type: ignore[method-assign]
+    deleted = _after_the_first_hold(alloc, lambda: api.delete_pod("ns/p"))
     api.add_pod(pod)
     drain(alloc)
     assert deleted and len(_results(api, "ns/c")) == 2 and "ns/p" not in api.pods
