@@ -238,6 +238,9 @@ class Metrics:
     allocated_claims: int = 0
     released_pods: int = 0
     decisions: int = 0
+    #: every failed write of a decision — a claim's finalizer or status, or the pod's gate
+    #: removal, by an API refusal or an unexpected error; the pod is tried again (not after
+    #: a 404: it waits for the next event)
     write_errors: int = 0
     requeued_after_deallocation: int = 0
 
@@ -806,6 +809,7 @@ class Allocator:
             return
         except Exception:  # noqa: BLE001
             log.exception("pod %s: writing the allocation failed", key)
+            self.metrics.write_errors += 1
             for g in grants:
                 if g.claim.uid not in done:
                     self.state.unhold(g.claim.uid)
@@ -854,7 +858,13 @@ class Allocator:
                     self._released.add(uid)
             except ApiError as exc:
                 log.warning("pod %s: removing the scheduling gate failed: %s", key, exc)
+                self.metrics.write_errors += 1
                 self._settle(key, uid, retry=exc.status != 404)
+                return
+            except Exception:  # noqa: BLE001 - as _write: never leave the pod marked busy
+                log.exception("pod %s: removing the scheduling gate failed", key)
+                self.metrics.write_errors += 1
+                self._settle(key, uid, retry=True)
                 return
             self._settle(key, uid)
 

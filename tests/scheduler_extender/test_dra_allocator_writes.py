@@ -97,6 +97,20 @@ def test_a_failed_claim_write_frees_its_gpus_and_the_pod_is_tried_again() -> Non
     assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
 
 
+
+def test_every_failed_claim_write_is_counted() -> None:
+    """Two pods' claim writes each fail once: two failed writes counted, both pods placed."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    for name in ("a", "b"):
+        pod = pod_obj("ns", name, [("x", name)])
+        api.add_claim(claim_obj("ns", name, [gpus("g", 2)], owner=pod))
+        _fail_once(api, f"ns/{name}", ApiError("500 injected", 500))
+        api.add_pod(pod)
+    drain(alloc)
+    assert (alloc.metrics.write_errors, alloc.metrics.allocated_claims) == (2, 2)
+    assert len(set(_held(api))) == 4
+
+
 def test_an_unexpected_error_in_the_writes_is_retried_too() -> None:
     alloc, api = cluster({"n0": "dgx1-v100"})
     pod = pod_obj("ns", "p", [("x", "a")])
@@ -104,12 +118,37 @@ def test_an_unexpected_error_in_the_writes_is_retried_too() -> None:
     tries = _fail_once(api, "ns/a", RuntimeError("the client broke"))
     api.add_pod(pod)
     drain(alloc)
-    assert tries[0] == 2
+    assert tries[0] == 2 and alloc.metrics.write_errors == 1
     assert len(_results(api, "ns/a")) == 3
     assert [x.gpus for x in alloc.state.book.all()] == [
         tuple(sorted(dra.parse_device_name(r["device"]).index
                      for r in _results(api, "ns/a")))]
     assert api.pods["ns/p"]["spec"]["schedulingGates"] == []
+
+
+
+def test_a_failed_gate_removal_alone_is_counted_and_tried_again() -> None:
+    """A pod whose one claim is already allocated (shared with another pod) needs only its
+    gate removed; the removal fails, first with a 500, then with an unexpected error: each
+    is counted as a failed write and tried again, and the third removes the gate — the pod is
+    never left marked busy with its gate on."""
+    alloc, api = cluster({"n0": "dgx1-v100"})
+    api.add_claim(claim_obj("ns", "s", [gpus("g", 1)]))
+    api.add_pod(pod_obj("ns", "a", [("g", "s")]))
+    drain(alloc)
+    real, failures = api.release_pod, [ApiError("500 injected", 500),
+                                       RuntimeError("the client broke")]
+
+    def flaky(pod: Mapping[str, Any], annotations: Mapping[str, str]) -> None:
+        if pod["metadata"]["name"] == "q" and failures:
+            raise failures.pop(0)
+        real(pod, annotations)
+
+    api.release_pod = flaky  # type: ignore[method-assign]
+    api.add_pod(pod_obj("ns", "q", [("g", "s")]))
+    drain(alloc)
+    assert not failures and api.pods["ns/q"]["spec"]["schedulingGates"] == []
+    assert (alloc.metrics.write_errors, alloc.metrics.released_pods) == (2, 2)
 
 
 def test_a_claim_gone_when_written_is_not_written_again() -> None:
