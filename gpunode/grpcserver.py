@@ -15,6 +15,10 @@ import grpc
 
 log = logging.getLogger(__name__)
 
+#: The longest path a unix socket can be bound to on Linux (``sun_path`` is 108 bytes with
+#: its terminating NUL).
+MAX_SOCKET_PATH = 107
+
 
 def inode(path: Path) -> int | None:
     """The inode of ``path``, None when it does not exist."""
@@ -48,7 +52,10 @@ class UnixServer:
         """(Re)create the socket and serve on it.
 
         Raises:
-            OSError: the socket cannot be created.
+            OSError: the socket cannot be created or listened on (gRPC's own bind failure,
+                a ``RuntimeError`` in grpcio, is raised as this too, so every caller's
+                ``except OSError`` — start-up's one-line error, the socket watchers'
+                retries — holds).
         """
         self.stop()
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,8 +66,14 @@ class UnixServer:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=self.max_workers,
                                                         thread_name_prefix=self.thread_prefix))
         self.add(server)
-        if server.add_insecure_port(f"unix://{self.path}") == 0:
-            raise OSError(f"cannot listen on {self.path}")
+        try:
+            port = server.add_insecure_port(f"unix://{self.path}")
+        except RuntimeError:  # grpcio raises where it once returned 0 ("Failed to bind")
+            port = 0
+        if port == 0:
+            raise OSError(f"cannot listen on {self.path}" + (
+                f": a unix socket path has at most {MAX_SOCKET_PATH} characters, this one "
+                f"{len(str(self.path))}" if len(str(self.path)) > MAX_SOCKET_PATH else ""))
         server.start()
         self._server = server
         self._inode = inode(self.path)

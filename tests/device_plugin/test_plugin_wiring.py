@@ -359,6 +359,21 @@ def test_a_socket_that_cannot_be_made_stops_the_start_and_cleans_up(short: Path)
     assert plugin.stop_event.is_set()
 
 
+
+def test_a_socket_path_too_long_to_bind_stops_the_start_in_one_line(short: Path) -> None:
+    """A device-plugin directory so deep that its socket paths pass the 107 characters a unix
+    socket can be bound to: gRPC refuses the bind (grpcio raises ``RuntimeError`` there,
+    where it once returned 0) and the start says so in one line — a :class:`PluginError`, not
+    a traceback."""
+    deep = short / ("d" * (110 - len(str(short))))
+    deep.mkdir()
+    plugin = _plugin(short, device_plugin_dir=str(deep))
+    with pytest.raises(PluginError, match=r"^cannot listen on .*: a unix socket path has at "
+                                          r"most 107 characters, this one 1\d\d$"):
+        plugin.start()
+    assert plugin.stop_event.is_set()
+
+
 def _with_xid_file(short: Path, **flags: object):  # type: ignore[no-untyped-def]
     """A plugin on ``short`` whose fake NVML reads XID lines from ``short/xids`` (empty), and
     that file."""
