@@ -140,6 +140,8 @@ class KubeletWatcher:
                 self.check()
             except OSError as exc:
                 log.error("device-plugin directory watch: %s", exc)
+            except Exception:  # noqa: BLE001 - the kubelet may restart at any time: keep
+                log.exception("device-plugin directory watch failed")  # watching for it
             stop.wait(self.interval_s)
 
     def start(self, stop: threading.Event) -> threading.Thread:

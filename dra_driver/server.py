@@ -231,7 +231,10 @@ class SocketWatcher:
     def run(self, stop: threading.Event) -> None:
         """Poll until ``stop`` is set."""
         while not stop.wait(self.interval_s):
-            self.check()
+            try:
+                self.check()
+            except Exception:  # noqa: BLE001 - one bad poll must not end the restarts
+                log.exception("socket watch failed")
 
     def start(self, stop: threading.Event) -> threading.Thread:
         """:meth:`run` in a daemon thread."""

@@ -300,7 +300,12 @@ class SliceLoop:
         """Loop until ``stop`` is set."""
         while not stop.is_set():
             self._kick.clear()
-            ok = self.sync_once()
+            try:
+                ok = self.sync_once()
+            except Exception:  # noqa: BLE001 - one bad pass must not end the publishing
+                log.exception("publishing the ResourceSlices failed")
+                self.on_error()
+                ok = False
             self._kick.wait(self.interval_s if ok else min(self.interval_s, 2.0))
 
     def start(self, stop: threading.Event) -> threading.Thread:

@@ -230,7 +230,12 @@ class PublishLoop:
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set."""
         while not stop.is_set():
-            ok = self.publish_once()
+            try:
+                ok = self.publish_once()
+            except Exception:  # noqa: BLE001 - one bad pass must not end the publishing
+                log.exception("publishing the topology of node %s failed", self.node)
+                self.on_error()
+                ok = False
             # a failure (API down, Node not created yet) is retried within seconds
             self._kick.wait(self.interval_s if ok else min(self.interval_s, 2.0))
             self._kick.clear()
