@@ -709,7 +709,10 @@ class KubernetesState(BookedViews):
                         wall_s, self.pending.postpone_max_s, ended=True))
             while checks and checks[0][0] <= time.monotonic():
                 _, uid, key = heapq.heappop(checks)
-                self._check_placed(uid, key)
+                try:
+                    self._check_placed(uid, key)
+                except Exception:  # noqa: BLE001 - the writer outlives one bad read (a
+                    log.exception("re-reading pod %s failed", key)  # body that is not JSON)
 
     def _check_placed(self, uid: str, key: str) -> None:
         """The watch showed pod ``key`` (``uid``) bound with its postponement condition still

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import calendar
 import copy
+import json
 import os
 import queue
 import subprocess
@@ -279,12 +280,14 @@ def test_a_re_read_is_withdrawn_when_the_pod_is_deleted(
     assert reads.count == 1
 
 
-@pytest.mark.parametrize("change", ["deleted", "replaced", "unreadable"])
+@pytest.mark.parametrize("change", ["deleted", "replaced", "unreadable", "not-json"])
 def test_a_bound_pod_that_cannot_be_read_again_is_left_alone(
     patches: tuple[PatchLog, KubernetesState], change: str
 ) -> None:
-    """The re-read finds the pod gone, replaced under its name (another UID), or the API
-    fails: nothing is written, and the writer goes on (a later pod is still written)."""
+    """The re-read finds the pod gone, replaced under its name (another UID), the API
+    fails, or its reply is not JSON (a proxy's error page: the client's decoder raises, not
+    an :class:`ApiError`): nothing is written, and the writer goes on (a later pod is still
+    written)."""
     fake, kube = patches
     kube.placed_check_s = 0.05
     _postponed_elsewhere(fake, kube, "a", time.time())
@@ -295,6 +298,8 @@ def test_a_bound_pod_that_cannot_be_read_again_is_left_alone(
         fake.pods["u-a"]["metadata"]["uid"] = "u-other"
     else:
         def fail(namespace: str, name: str) -> dict[str, Any] | None:
+            if change == "not-json":
+                json.loads("<html>502 Bad Gateway</html>")
             raise ApiError("503 Service Unavailable", 503)
         fake.get_pod = fail  # type: ignore[method-assign]
     reads = _Reads(fake)
