@@ -813,7 +813,8 @@ def _no_reply(exc: Exception) -> ApiError:
 def _as_api_error() -> Iterator[None]:
     """Raise what the official client raises inside as an :class:`ApiError`: its
     ``ApiException`` with the HTTP status (:func:`_api_error`; 410 Gone as
-    :class:`WatchExpired`), a urllib3 transport failure with status 0 (:func:`_no_reply`)."""
+    :class:`WatchExpired`), a urllib3 transport failure with status 0 (:func:`_no_reply`), a
+    reply whose body is not JSON with status 0 too (no usable reply)."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -823,6 +824,8 @@ def _as_api_error() -> Iterator[None]:
         raise _api_error(exc) from None
     except HTTPError as exc:
         raise _no_reply(exc) from None
+    except json.JSONDecodeError as exc:  # a 2xx body that is no API object (a proxy's page)
+        raise ApiError(f"the API server's reply is not JSON: {exc}", 0) from None
 
 
 class OfficialKubeAPI:

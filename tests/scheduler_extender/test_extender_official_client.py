@@ -23,7 +23,7 @@ from kubernetes import client as k8s_client
 
 from scheduler_extender.kubernetes_state import ApiError, KubernetesState, OfficialKubeAPI
 from scheduler_extender.state import BindError, PodRef
-from tests.http_replies import reply_json
+from tests.http_replies import reply, reply_json
 from topology import catalog
 from topology.contract import assignment_annotations
 from topology.policies.base import NodeState, Request
@@ -39,7 +39,7 @@ class LostReplies:
 
     def __init__(self) -> None:
         self.mode = "drop"  # drop: close after writing; hold: answer nothing for a while
-        self.pod_reads = "bound"  # bound | unbound | fail
+        self.pod_reads = "bound"  # bound | unbound | fail | not-json
         self.bindings: list[dict[str, Any]] = []
 
 
@@ -64,6 +64,9 @@ def _server(behaviour: LostReplies) -> ThreadingHTTPServer:
         def do_GET(self) -> None:  # noqa: N802 - stdlib name
             if behaviour.pod_reads == "fail" or self.path.split("?")[0] != POD_PATH:
                 self.close_connection = True
+                return
+            if behaviour.pod_reads == "not-json":  # a proxy's error page, with a 200
+                reply(self, 200, b"<html><body>502 Bad Gateway</body></html>", "text/html")
                 return
             ann = behaviour.bindings[-1]["metadata"].get("annotations", {}) \
                 if behaviour.bindings and behaviour.pod_reads == "bound" else {}
@@ -135,15 +138,26 @@ def test_a_written_binding_whose_reply_was_lost_is_a_bind(
     assert sent["metadata"]["annotations"] == assignment_annotations(decision, NODE)
 
 
-@pytest.mark.parametrize("reads", ["unbound", "fail"])
+@pytest.mark.parametrize("reads", ["unbound", "fail", "not-json"])
 def test_a_lost_reply_is_a_refusal_or_an_unknown_outcome_by_what_the_read_back_shows(
     apiserver: tuple[LostReplies, OfficialKubeAPI], reads: str,
 ) -> None:
-    """Not bound when read back: refused (the GPUs go back). Not readable either: the
-    outcome is unknown (``maybe_written``: the GPUs stay reserved until the watch shows)."""
+    """Not bound when read back: refused (the GPUs go back). Not readable either — no
+    reply, or one that is not JSON (a proxy's error page): the outcome is unknown
+    (``maybe_written``: the GPUs stay reserved until the watch shows)."""
     behaviour, api = apiserver
     behaviour.pod_reads = reads
     with pytest.raises(BindError) as err:
         KubernetesState(api).bind(PodRef(NS, POD, UID), NODE, _decision())
-    assert err.value.maybe_written is (reads == "fail")
+    assert err.value.maybe_written is (reads != "unbound")
     assert "no reply from the API server" in str(err.value)
+
+
+def test_a_reply_that_is_not_json_is_an_api_error(
+    apiserver: tuple[LostReplies, OfficialKubeAPI],
+) -> None:
+    behaviour, api = apiserver
+    behaviour.pod_reads = "not-json"
+    with pytest.raises(ApiError, match="^the API server's reply is not JSON: ") as err:
+        api.get_pod(NS, POD)
+    assert err.value.status == 0
