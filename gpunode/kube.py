@@ -18,6 +18,7 @@ def api_client(kubeconfig: Path | None) -> Any:
     Raises:
         KubeConfigError: the file or the in-cluster configuration is unusable.
     """
+    import yaml  # what load_kube_config parses with
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
@@ -27,7 +28,8 @@ def api_client(kubeconfig: Path | None) -> Any:
             config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
         else:
             config.load_incluster_config(client_configuration=cfg)
-    except (ConfigException, OSError, TypeError, ValueError) as exc:
+    except (ConfigException, OSError, TypeError, ValueError, AttributeError, LookupError,
+            yaml.YAMLError) as exc:  # a file that is not a kubeconfig: each of these
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config (no --kubeconfig)"
         raise KubeConfigError(f"cannot load {where}: {' '.join(str(exc).split())}") from None
     return client.ApiClient(cfg)

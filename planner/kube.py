@@ -80,6 +80,7 @@ class KubeClient:
     """
 
     def __init__(self, kubeconfig: Path | None, namespace: str = "", queue: str = "") -> None:
+        import yaml  # what load_kube_config parses with
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
@@ -88,9 +89,10 @@ class KubeClient:
                 config.load_kube_config(config_file=str(kubeconfig))
             else:
                 config.load_incluster_config()
-        except (ConfigException, OSError) as exc:
+        except (ConfigException, OSError, TypeError, ValueError, AttributeError, LookupError,
+                yaml.YAMLError) as exc:  # a file that is not a kubeconfig: each of these
             where = f"kubeconfig {str(kubeconfig)!r}" if kubeconfig else "in-cluster config"
-            raise ApiError(f"cannot load {where}: {exc}"
+            raise ApiError(f"cannot load {where}: {' '.join(str(exc).split())}"
                            + ("" if kubeconfig else " (outside a cluster pass --kubeconfig)")
                            ) from None
         self.api = client.ApiClient()

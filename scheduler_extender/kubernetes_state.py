@@ -853,6 +853,7 @@ class OfficialKubeAPI:
         Raises:
             ApiError: no usable configuration.
         """
+        import yaml  # what load_kube_config parses with
         from kubernetes import client, config
         from kubernetes.config.config_exception import ConfigException
 
@@ -864,10 +865,11 @@ class OfficialKubeAPI:
             else:
                 config.load_incluster_config(client_configuration=cfg)
             api_client = client.ApiClient(cfg)
-        except (ConfigException, OSError) as exc:
+        except (ConfigException, OSError, TypeError, ValueError, AttributeError, LookupError,
+                yaml.YAMLError) as exc:  # a file that is not a kubeconfig: each of these
             where = f"kubeconfig {str(kubeconfig)!r}" if kubeconfig else "in-cluster config"
             raise ApiError(
-                f"cannot load {where}: {exc}"
+                f"cannot load {where}: {' '.join(str(exc).split())}"
                 + ("" if kubeconfig else " (outside a cluster pass --kubeconfig)")
             ) from None
         return cls(client.CoreV1Api(api_client))

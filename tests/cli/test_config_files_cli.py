@@ -83,3 +83,36 @@ def test_a_topology_file_with_a_key_twice_is_one_line_and_exit_2(
     assert r.exit_code == 2, (r.exit_code, r.stderr, r.exception)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], r.stderr
+
+
+@pytest.mark.parametrize(("args", "code"), [
+    (["extender", "--state", "kubernetes"], 2),
+    (["planner"], 2),
+    (["dra-allocator"], 2),
+    # the node programs: "a plugin that cannot start (... no Kubernetes config ...) exits 1
+    # with one line" (docs/device-plugin.md, docs/dra-driver.md)
+    (["device-plugin", "--fake-topology", "dgx1-v100", "--node-name", "n0"], 1),
+    (["dra-driver", "--topology", "dgx1-v100", "--node-name", "n0", "--no-kubelet",
+      "--cdi-dir", "{d}"], 1),
+], ids=["extender", "planner", "dra-allocator", "device-plugin", "dra-driver"])
+@pytest.mark.parametrize("text", [
+    "apiVersion: v1\nclusters: [\n",  # not YAML: the client's parser raises yaml.YAMLError
+    "just a string\n",                # YAML, not a mapping: a TypeError inside the client
+    "clusters: 5\ncontexts: []\ncurrent-context: x\n",  # a list that is a number
+    "clusters: [{name: k, cluster: 5}]\ncontexts: [{name: x, context: {cluster: k}}]\n"
+    "current-context: x\n",           # a cluster that is a number
+], ids=["not-yaml", "a-string", "clusters-a-number", "cluster-a-number"])
+def test_a_kubeconfig_that_is_not_one_is_one_line(
+        tmp_path: Path, args: list[str], code: int, text: str) -> None:
+    """Every command that talks to the API server, handed a file that is not a kubeconfig:
+    one line naming it, with the command's exit code for it — the extender, the planner and
+    the DRA allocator raised the official client's own errors (a YAML parser error, a
+    TypeError) as tracebacks."""
+    f = tmp_path / "kubeconfig"
+    f.write_text(text, encoding="utf-8")
+    r = runner.invoke(app, [a.format(d=tmp_path / "cdi") for a in args] + ["--kubeconfig",
+                                                                            str(f)])
+    assert r.exit_code == code, (r.exit_code, r.stderr, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot load kubeconfig" in lines[0] and str(f) in lines[0], \
+        r.stderr
