@@ -16,6 +16,7 @@ Config file example (keys are the field names; dashes are accepted for underscor
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -198,12 +199,44 @@ class ExtenderSettings(FileBackedSettings):
         for f in (self.tls_cert, self.tls_key, self.kubeconfig, self.client_ca):
             if f is not None and not f.is_file():
                 raise ValueError(f"file {str(f)!r} does not exist")
+        if self.tls_cert is not None and self.tls_key is not None:
+            problem = tls_problem(self.tls_cert, self.tls_key, self.client_ca)
+            if problem:
+                raise ValueError(problem)
         if self.state == "memory":
             try:
                 parse_nodes_spec(self.nodes)
             except NodesSpecError as exc:
                 raise ValueError(f"nodes: {exc}") from None
         return self
+
+
+def tls_problem(cert: Path, key: Path, client_ca: Path | None) -> str | None:
+    """Why the extender could not serve HTTPS with ``cert``, ``key`` and ``client_ca`` (PEM
+    files), in one line, or None: loaded here as uvicorn will load them, so that a wrong file
+    is a settings error at start-up, not an ``ssl.SSLError`` traceback from the server. An
+    encrypted private key is refused (no password can be given; OpenSSL would otherwise ask
+    for one on the terminal)."""
+
+    def no_password() -> bytes:
+        raise ValueError("encrypted")
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(str(cert), str(key), password=no_password)
+    except ValueError:
+        return f"tls_key {str(key)!r} is encrypted; give an unencrypted PEM private key"
+    except (ssl.SSLError, OSError) as exc:
+        why = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        return (f"tls_cert {str(cert)!r} and tls_key {str(key)!r} are not a PEM certificate "
+                f"and its private key ({why})")
+    if client_ca is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(client_ca))
+        except (ssl.SSLError, OSError) as exc:
+            why = getattr(exc, "reason", None) or exc.strerror or str(exc)
+            return f"client_ca {str(client_ca)!r} is not a PEM CA bundle ({why})"
+    return None
 
 
 def read_config_file(path: Path) -> dict[str, Any]:

@@ -141,3 +141,63 @@ def test_demo_tells_the_headline_story_and_shows_no_negative_bandwidth() -> None
     # the story holds on this stream: worst job at least as good, no slower to finish
     worst = [min(p.effbw_gputopo for p in r.placements if p.sensitive) for r in runs]
     assert worst[0] >= worst[1] and runs[0].makespan <= runs[1].makespan
+
+
+def _pem_files(tmp_path: Path) -> dict[str, Path]:
+    """A CA, a serving certificate and its key (``tests.deploy.helpers.make_tls``), another
+    key, the same key encrypted, and a file of no PEM at all."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.deploy.helpers import make_tls
+
+    tls = make_tls()
+    key = serialization.load_pem_private_key(tls.key.encode(), password=None)
+    texts = {
+        "ca": tls.ca_cert, "cert": tls.cert, "key": tls.key,
+        "other-key": ec.generate_private_key(ec.SECP256R1()).private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()).decode(),
+        "encrypted-key": key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret")).decode(),
+        "junk": "not a certificate\n",
+    }
+    out = {}
+    for name, text in texts.items():
+        out[name] = tmp_path / f"{name}.pem"
+        out[name].write_text(text)
+    return out
+
+
+@pytest.mark.parametrize(("cert", "key", "ca", "says"), [
+    ("junk", "junk", None, "are not a PEM certificate and its private key"),
+    ("cert", "junk", None, "are not a PEM certificate and its private key"),
+    ("cert", "other-key", None, "are not a PEM certificate and its private key"),
+    ("cert", "encrypted-key", None, "is encrypted; give an unencrypted PEM private key"),
+    ("cert", "key", "junk", "is not a PEM CA bundle"),
+])
+def test_tls_files_that_cannot_serve_https_are_one_line_exit_2(
+        tmp_path: Path, cert: str, key: str, ca: str | None, says: str) -> None:
+    """Files that exist but cannot serve HTTPS — not PEM, a key that is not the
+    certificate's, an encrypted key, a client CA that is not one — are refused at start-up in
+    one line, exit 2, naming the file; uvicorn raised an ``ssl.SSLError`` traceback (or, for
+    the encrypted key, would have asked for a password on the terminal)."""
+    pem = _pem_files(tmp_path)
+    args = ["extender", "--state", "memory", "--tls-cert", str(pem[cert]),
+            "--tls-key", str(pem[key])]
+    if ca is not None:
+        args += ["--auth", "mtls", "--client-ca", str(pem[ca]),
+                 "--allowed-client-name", "kube-scheduler"]
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gputopo: error: ") and says in lines[0]
+    assert str(pem[ca if ca == "junk" else key]) in lines[0]
+
+
+def test_tls_files_that_can_serve_https_are_taken(tmp_path: Path) -> None:
+    pem = _pem_files(tmp_path)
+    s = load_settings({"tls_cert": pem["cert"], "tls_key": pem["key"], "auth": "mtls",
+                       "client_ca": pem["ca"], "allowed_client_names": ["kube-scheduler"]})
+    assert s.tls_cert == pem["cert"] and s.client_ca == pem["ca"]
