@@ -116,12 +116,24 @@ def run(settings: PlannerSettings) -> None:
         sys.stdout.flush()
         os._exit(1)  # the library's renew loop cannot be interrupted otherwise
 
+    leading = threading.Event()
+
+    def lead_once() -> None:
+        leading.set()
+        lead()
+
     lock = LeaseLock(settings.lease_name, settings.lease_namespace, identity)
     cfg = electionconfig.Config(
         lock, settings.lease_duration_s, settings.renew_deadline_s, settings.retry_period_s,
-        lead, lost)
+        lead_once, lost)
     log.info("planner %s waiting for lease %s/%s", identity, settings.lease_namespace,
              settings.lease_name)
     while True:  # the library returns when it stops leading or gives up acquiring
-        leaderelection.LeaderElection(cfg).run()
+        try:
+            leaderelection.LeaderElection(cfg).run()
+        except Exception as exc:  # noqa: BLE001 - its LeaseLock lets transport errors out
+            if leading.is_set():
+                lost()  # the Lease could not be renewed: as lost, never lead without it
+            log.warning("planner %s: the Lease cannot be read (%s); retrying in %.0f s",
+                        identity, " ".join(str(exc).split()), settings.retry_period_s)
         time.sleep(settings.retry_period_s)

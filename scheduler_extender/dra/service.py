@@ -350,13 +350,25 @@ class Service:
             sys.stdout.flush()
             os._exit(1)  # the library's renew loop cannot be interrupted otherwise
 
+        leading = threading.Event()
+
+        def lead_once() -> None:
+            leading.set()
+            self.lead()
+
         lock = LeaseLock(s.lease_name, s.lease_namespace, identity)
         cfg = electionconfig.Config(lock, s.lease_duration_s, s.renew_deadline_s,
-                                    s.retry_period_s, self.lead, lost)
+                                    s.retry_period_s, lead_once, lost)
         log.info("dra-allocator %s waiting for lease %s/%s", identity, s.lease_namespace,
                  s.lease_name)
         while True:
-            leaderelection.LeaderElection(cfg).run()
+            try:
+                leaderelection.LeaderElection(cfg).run()
+            except Exception as exc:  # noqa: BLE001 - its LeaseLock lets transport errors out
+                if leading.is_set():
+                    lost()  # the Lease could not be renewed: as lost, never lead without it
+                log.warning("dra-allocator %s: the Lease cannot be read (%s); retrying in "
+                            "%.0f s", identity, " ".join(str(exc).split()), s.retry_period_s)
             time.sleep(s.retry_period_s)
 
 
