@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, cast
 
+from urllib3.exceptions import HTTPError
+
 from topology.contract import LABEL_QUEUE
 
 log = logging.getLogger("gputopo.planner")
@@ -65,6 +67,18 @@ class KubeApi(Protocol):
         ...
 
 
+#: Connect and read timeouts of every call but the watches (which set their own), s: an API
+#: server that accepts the connection and never answers must not hold a rescheduling point
+#: for ever.
+REQUEST_TIMEOUT_S = (10.0, 60.0)
+
+
+def _no_reply(what: str, exc: Exception) -> ApiError:
+    """An :class:`ApiError` with status 0 for a call the API server did not answer (urllib3's
+    own errors: refused, reset, timed out), which the official client raises as they are."""
+    return ApiError(f"{what}: no reply from the API server: {' '.join(str(exc).split())}", 0)
+
+
 class KubeClient:
     """:class:`KubeApi` over the kubernetes client.
 
@@ -112,7 +126,8 @@ class KubeClient:
         try:
             while True:
                 extra = {"_continue": cont} if cont else {}
-                resp = fn(limit=500, _preload_content=False, **kwargs, **extra)
+                resp = fn(limit=500, _preload_content=False,
+                          _request_timeout=REQUEST_TIMEOUT_S, **kwargs, **extra)
                 data = json.loads(resp.data)
                 items.extend(data.get("items") or [])
                 meta = data.get("metadata") or {}
@@ -122,6 +137,8 @@ class KubeClient:
                     return items, rv
         except ApiException as exc:
             raise ApiError(f"list failed: {exc.status} {exc.reason}", exc.status or 0) from None
+        except (HTTPError, json.JSONDecodeError) as exc:
+            raise _no_reply("list failed", exc) from None
 
     def list_nodes(self) -> list[dict[str, Any]]:
         return self._list(self.core.list_node)[0]
@@ -195,6 +212,8 @@ class KubeClient:
                            "object": event.get("raw_object", event.get("object"))}
         except ApiException as exc:
             raise ApiError(f"watch failed: {exc.status} {exc.reason}", exc.status or 0) from None
+        except HTTPError as exc:
+            raise _no_reply("watch failed", exc) from None
         finally:
             w.stop()
 
@@ -202,13 +221,16 @@ class KubeClient:
         from kubernetes.client.exceptions import ApiException
 
         try:
-            resp = self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+            resp = self.core.read_namespaced_config_map(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
+            data = json.loads(cast(Any, resp).data).get("data") or {}
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise ApiError(f"read configmap {namespace}/{name}: {exc.status} {exc.reason}",
                            exc.status or 0) from None
-        data = json.loads(cast(Any, resp).data).get("data") or {}
+        except (HTTPError, json.JSONDecodeError) as exc:
+            raise _no_reply(f"read configmap {namespace}/{name}", exc) from None
         return {str(k): str(v) for k, v in data.items()}
 
     # ------------------------------------------------------------------ writes
@@ -218,7 +240,10 @@ class KubeClient:
         try:
             self.batch.patch_namespaced_job(name, namespace, [dict(op) for op in ops],
                                             _content_type="application/json-patch+json",
-                                            _preload_content=False)
+                                            _preload_content=False,
+                                            _request_timeout=REQUEST_TIMEOUT_S)
+        except HTTPError as exc:  # sent, maybe applied: the next rescheduling point re-reads
+            raise _no_reply(f"patch job {namespace}/{name}", exc) from None
         except ApiException as exc:
             detail = ""
             try:
@@ -247,7 +272,11 @@ class KubeClient:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1, "action": reason,
         }
         try:
-            self.core.create_namespaced_event(ns, cast(Any, body), _preload_content=False)
+            self.core.create_namespaced_event(ns, cast(Any, body), _preload_content=False,
+                                              _request_timeout=REQUEST_TIMEOUT_S)
         except ApiException as exc:  # an Event is best effort
             log.warning("event %s on %s/%s not recorded: %s", reason, ns, meta.get("name"),
                         exc.reason)
+        except HTTPError as exc:
+            log.warning("event %s on %s/%s not recorded: %s", reason, ns, meta.get("name"),
+                        _no_reply("event", exc))
