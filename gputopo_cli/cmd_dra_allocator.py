@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
         GPUs its placement policy chooses on the live free GPUs, written as the claims'
         status.allocation before kube-scheduler binds the pod there; then it removes the
         pod's gputopo.io/dra-allocation scheduling gate."""
-        from scheduler_extender.dra.service import run
+        from scheduler_extender.dra.service import ServeError, run
         from scheduler_extender.dra.settings import SettingsError, load_settings
         from scheduler_extender.kubernetes_state import ApiError
 
@@ -58,3 +58,5 @@ def register(app: typer.Typer) -> None:
             run(settings)
         except ApiError as exc:
             fail(str(exc))
+        except ServeError as exc:  # a program that cannot start: 1, as the node programs
+            fail(str(exc), code=1)

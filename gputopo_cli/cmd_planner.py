@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
         date, a tardiness weight, epochs and a profile): resume them on a node and GPU count,
         suspend the ones a more urgent Job preempts (docs/planner.md)."""
         from planner.kube import ApiError
-        from planner.service import run
+        from planner.service import ServeError, run
         from planner.settings import SettingsError, load_settings
 
         try:
@@ -55,3 +55,5 @@ def register(app: typer.Typer) -> None:
             run(settings)
         except ApiError as exc:
             fail(str(exc))
+        except ServeError as exc:  # a program that cannot start: 1, as the node programs
+            fail(str(exc), code=1)

@@ -72,19 +72,28 @@ def watch(what: str, list_fn: Callable[[], tuple[list[dict[str, Any]], str]],
             stop.wait(2.0)
 
 
+class ServeError(RuntimeError):
+    """The metrics endpoint cannot listen (a port in use); the message is one line."""
+
+
 def run(settings: PlannerSettings) -> None:
     """Start the planner and block (until the process is stopped, or the Lease is lost: then
     it exits with status 1 so that its Deployment restarts it as a follower).
 
     Raises:
         ApiError: the Kubernetes configuration cannot be loaded.
+        ServeError: the metrics port cannot be listened on.
     """
     api = KubeClient(settings.kubeconfig, settings.namespace, settings.queue)
     # the library logs every renewal at INFO
     logging.getLogger("leaderelection").setLevel(logging.WARNING)
     metrics = Metrics()
     if settings.metrics_port:
-        serve(metrics, settings.metrics_host, settings.metrics_port)
+        try:
+            serve(metrics, settings.metrics_host, settings.metrics_port)
+        except OSError as exc:
+            raise ServeError(f"cannot serve /metrics on {settings.metrics_host}:"
+                             f"{settings.metrics_port}: {exc.strerror or exc}") from None
     planner = Planner(api, settings, metrics)
     stop = threading.Event()
 

@@ -70,6 +70,10 @@ def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+class ServeError(RuntimeError):
+    """The probe/metrics endpoint cannot listen (a port in use); the message is one line."""
+
+
 class Feeds:
     """The list + watch loops of one allocator (a thread per kind; relist after 410 Gone or
     an error)."""
@@ -300,11 +304,19 @@ class Service:
         return generate_latest(self.registry).decode()
 
     def serve_probes(self) -> None:
-        """Start the probe/metrics HTTP server (port 0: none)."""
+        """Start the probe/metrics HTTP server (port 0: none).
+
+        Raises:
+            ServeError: the port cannot be listened on.
+        """
         if not self.settings.port:
             return
         handler = type("Probes", (_Probes,), {"service": self})
-        self._server = ThreadingHTTPServer((self.settings.host, self.settings.port), handler)
+        try:
+            self._server = ThreadingHTTPServer((self.settings.host, self.settings.port), handler)
+        except OSError as exc:
+            raise ServeError(f"cannot serve the probes and /metrics on {self.settings.host}:"
+                             f"{self.settings.port}: {exc.strerror or exc}") from None
         threading.Thread(target=self._server.serve_forever, daemon=True,
                          name="gputopo-dra-probes").start()
 
@@ -377,5 +389,6 @@ def run(settings: AllocatorSettings) -> None:
 
     Raises:
         ApiError: the Kubernetes configuration cannot be loaded.
+        ServeError: the probe/metrics port cannot be listened on.
     """
     Service(settings).run()
