@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from gputopo_cli.common import configure_logging, fail
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why the extender could not listen on ``host:port`` (the OS's reason), or None: bound
+    and released here as uvicorn binds (IPv6 for a host with a colon, ``SO_REUSEADDR``), so
+    that a port in use is one line rather than uvicorn's log lines and exit status 3."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def register(app: typer.Typer) -> None:
@@ -72,6 +87,9 @@ def register(app: typer.Typer) -> None:
         except SettingsError as exc:
             fail(str(exc))
         configure_logging(settings.log_level)
+        why = listen_problem(settings.host, settings.port)
+        if why is not None:  # a program that cannot start: 1, as the others
+            fail(f"cannot serve on {settings.host}:{settings.port}: {why}", code=1)
         backend: ClusterState
         if settings.state == "memory":
             backend = MemoryState.from_spec(settings.nodes)

@@ -201,3 +201,18 @@ def test_tls_files_that_can_serve_https_are_taken(tmp_path: Path) -> None:
     s = load_settings({"tls_cert": pem["cert"], "tls_key": pem["key"], "auth": "mtls",
                        "client_ca": pem["ca"], "allowed_client_names": ["kube-scheduler"]})
     assert s.tls_cert == pem["cert"] and s.client_ca == pem["ca"]
+
+
+def test_a_port_in_use_is_one_line_and_exit_1() -> None:
+    """The extender cannot listen: one line with the OS's reason, exit 1 (a program that
+    cannot start), before anything else starts — not uvicorn's log lines and status 3."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = runner.invoke(app, ["extender", "--state", "memory", "--port", str(port)])
+    assert r.exit_code == 1, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert lines == [f"gputopo: error: cannot serve on 127.0.0.1:{port}: Address already in use"]
