@@ -19,22 +19,14 @@ from pathlib import Path
 import pytest
 
 from tests.device_plugin.test_plugin_process import gputopo_command
-
-UNREACHABLE = """apiVersion: v1
-kind: Config
-current-context: c
-clusters: [{name: k, cluster: {server: "http://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: k, user: u}}]
-"""
+from tests.kubeconfigs import unreachable_kubeconfig
 
 
 @pytest.mark.parametrize(("command", "port_flag"), [("planner", "--metrics-port"),
                                                      ("dra-allocator", "--port")])
 def test_a_follower_waits_for_an_api_server_that_does_not_answer(
         tmp_path: Path, command: str, port_flag: str) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(UNREACHABLE)
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     proc = subprocess.Popen(
         gputopo_command() + [command, "--kubeconfig", str(kubeconfig), port_flag, "0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -64,8 +56,7 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: Path, command: str, port
                                                says: str) -> None:
     """The probe/metrics port taken: a program that cannot start says so in one line and
     exits 1, as the node programs do (the HTTP server's OSError was a traceback)."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(UNREACHABLE)
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     with socket.socket() as taken:  # both listen on every address by default
         taken.bind(("0.0.0.0", 0))
         taken.listen()

@@ -11,20 +11,12 @@ from pathlib import Path
 import pytest
 
 from planner.kube import ApiError, KubeClient
-
-UNREACHABLE = """apiVersion: v1
-kind: Config
-current-context: c
-clusters: [{name: k, cluster: {server: "http://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: k, user: u}}]
-"""
+from tests.kubeconfigs import unreachable_kubeconfig
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> KubeClient:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(UNREACHABLE)
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     return KubeClient(kubeconfig)
 
 
