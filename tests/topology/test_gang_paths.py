@@ -36,6 +36,8 @@ from topology.hierarchy import (
     InterNode,
     Level,
 )
+from topology.model import PCIeLevel, Topology
+from topology.network import NIC, NodeNetwork
 from topology.policies.base import Request, RequestError, SharedRequest
 from topology.policies.evaluate import Evaluator
 
@@ -405,3 +407,34 @@ def test_a_node_of_the_same_kind_gets_a_decision_with_its_own_gpus() -> None:
     (pod,) = plan.pods
     assert pod.index == 0 and pod.decision.uuids == tuple(twin.gpus[g].uuid
                                                           for g in pod.decision.gpus)
+
+
+def test_an_nvswitch_node_of_two_gpus_reaches_the_fabric_one_of_one_gpu_has_no_peer() -> None:
+    tray = catalog.get("gb200-tray")
+    nvlinks = tray.links[0][1].nvlinks
+    two = Topology.build("nvl2", tray.gpus[:2], {(0, 1): nvlinks}, PCIeLevel.SYS,
+                         nvlink_generation=5, nvswitch=True)
+    assert fabric_gbps(two, [0, 1]) == 2 * two.link_bandwidth(0, 1) > 0
+    one = Topology.build("nvl1", tray.gpus[:1], {}, PCIeLevel.SYS, nvswitch=True)
+    assert fabric_gbps(one, [0]) == 0.0
+
+
+def test_a_nic_reached_only_through_the_host_counts_at_the_pcie_paths_rate() -> None:
+    """No GPUDirect RDMA (the NIC beyond PXB): the GPUs' data is staged through host memory,
+    capped at the PCIe bandwidth of the path — in the ring's prediction and in the weight of
+    a free pair across nodes."""
+    staged = NodeNetwork.build([NIC("nic0", 50.0)], [[PCIeLevel.SYS]] * 8)
+    nodes = [replace(n, network=staged) for n in cluster(blocks=1, racks=1, per_rack=2)]
+    cap = DGX.bandwidths.pcie(PCIeLevel.SYS)
+    assert cap < 50.0
+    plan = choose(nodes, DEFAULT, ring(2, 8))
+    assert plan.inter == InterNode(cap, 1, "nic")
+    own = sum(DGX.link_bandwidth(0, g) for g in range(1, 8))
+    assert preserved_loss_gbps(nodes, DEFAULT, {0: [0]}) == pytest.approx(own + 8 * cap / 8)
+
+
+def test_with_bandwidth_not_compared_one_gpu_pods_on_one_node_are_still_placed() -> None:
+    """A tolerance of 1 counts every bottleneck equal — one-GPU pods on one node too, whose
+    bottleneck is unbounded (nothing to communicate)."""
+    plan = choose(cluster(), DEFAULT, ring(2, 1), tolerance=1.0)
+    assert len(plan.nodes) == 1 and plan.bottleneck_gbps == float("inf")
