@@ -401,8 +401,11 @@ def test_a_node_of_the_same_kind_gets_a_decision_with_its_own_gpus() -> None:
     twin = replace(DGX, name="twin", gpus=tuple(
         replace(g, uuid=g.uuid.replace("GPU-", "GPU-1")) for g in DGX.gpus))
     nodes = cluster({"n011": FULL}, blocks=1, racks=2, per_rack=2)
-    nodes[2] = replace(nodes[2], topology=twin)  # n010: alone with free GPUs in its rack
-    plan = choose(nodes, DEFAULT, Gang(1, Request(count=4, bandwidth_sensitive=False)))
+    gang = Gang(1, Request(count=4, bandwidth_sensitive=False))
+    same = choose(nodes, DEFAULT, gang)  # n010: alone with free GPUs in its rack
+    assert where(nodes, same) == ["n010"] and [p.index for p in same.pods] == [0]
+    nodes[2] = replace(nodes[2], topology=twin)
+    plan = choose(nodes, DEFAULT, gang)
     assert where(nodes, plan) == ["n010"]
     (pod,) = plan.pods
     assert pod.index == 0 and pod.decision.uuids == tuple(twin.gpus[g].uuid
