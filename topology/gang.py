@@ -260,8 +260,9 @@ def _best_fit(options: Sequence[tuple[int, Domain]], need: int) -> int:
 
 def _descend(cl: _Cluster, domain: Domain, pods: int, *, fullest_first: bool) -> dict[int, int]:
     """Pods per node inside ``domain``: Kueue's descent (children with the most capacity
-    first, the best-fitting one last) at every level; with ``fullest_first`` the node level
-    instead fills the nodes with the least capacity first."""
+    first, the best-fitting one last) at every level; with ``fullest_first`` the step to
+    single nodes (children of one node each) instead fills the nodes with the least capacity
+    first."""
     current: list[tuple[Domain, int]] = [(domain, pods)]
     node_level = cl.hierarchy.node_level
     while current and current[0][0].level < node_level:
@@ -269,7 +270,10 @@ def _descend(cl: _Cluster, domain: Domain, pods: int, *, fullest_first: bool) ->
         for dom, need in current:
             kids = [(cl.cap(k), k) for k in cl.kids(dom)]
             kids = [(c, k) for c, k in kids if c > 0]
-            leaf = dom.level + 1 == node_level
+            # the step to single nodes: children of one node each — the node level's parents,
+            # or a level above it whose domains hold one node (a node without a clique label
+            # is its own NVLink domain: in DEFAULT a clique-less rack's children hold one each)
+            leaf = all(len(cl.tree.members(k)) == 1 for _, k in kids)
             if leaf and fullest_first:
                 kids.sort(key=lambda ck: (ck[0], ck[1].path))
                 for c, k in kids:

@@ -441,3 +441,19 @@ def test_with_bandwidth_not_compared_one_gpu_pods_on_one_node_are_still_placed()
     bottleneck is unbounded (nothing to communicate)."""
     plan = choose(cluster(), DEFAULT, ring(2, 1), tolerance=1.0)
     assert len(plan.nodes) == 1 and plan.bottleneck_gbps == float("inf")
+
+
+def test_without_clique_labels_gputopo_still_tries_the_fullest_nodes_first() -> None:
+    """The default hierarchy makes a node without a clique label an NVLink domain of its own,
+    so a rack's children are one-node cliques, not nodes: the fullest-first assignment must
+    still fill the half-used nodes first (it used to apply only to a level whose children are
+    the node level itself, and on clique-less clusters was Kueue's descent again)."""
+    busy = {"n000": {1, 2, 3, 5}, "n001": {0, 3, 4, 7}, "n003": FULL}
+    nodes = cluster(busy, blocks=1, racks=1, per_rack=5)
+    assert nodes[0].path == ("b0", "r0", "~n000", "n000")
+    kueue = choose_kueue(nodes, DEFAULT, ring(9, 1))
+    assert where(nodes, kueue) == ["n000"] + ["n002"] * 8
+    mine = choose(nodes, DEFAULT, ring(9, 1))
+    assert mine.domain.path == ("b0", "r0")
+    assert where(nodes, mine) == ["n000"] * 4 + ["n001"] * 4 + ["n002"]
+    assert mine.preserved_loss_gbps < kueue.preserved_loss_gbps
