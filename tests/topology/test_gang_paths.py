@@ -123,10 +123,10 @@ def clique_of_five() -> list[GangNode]:
 def test_kueue_descends_to_the_fewest_nodes_gputopo_also_tries_the_fullest_first() -> None:
     """Nine 1-GPU pods in a clique with 4 + 4 + 8 + 8 GPUs free: Kueue's descent takes the
     node with the most room first and the best-fitting one last (two nodes); gputopo also
-    tries filling the fullest nodes first, and for this insensitive gang keeps an idle node's
-    GPUs together (less PreservedBW spent). Neither counts a node it puts no pod on (the full
-    one, the idle one left) in the ring; DGX-1s have no NVSwitch, so even one clique's nodes
-    talk through their NICs."""
+    tries filling the fullest nodes first and, both rings bound by one GPU's NIC, keeps an
+    idle node's GPUs together (less PreservedBW spent). Neither counts a node it puts no pod
+    on (the full one, the idle one left) in the ring; DGX-1s have no NVSwitch, so even one
+    clique's nodes talk through their NICs."""
     nodes = clique_of_five()
     gang = ring(9, 1)
     kueue = choose_kueue(nodes, DEFAULT, gang)
