@@ -50,6 +50,15 @@ class HierarchyError(TopologyError):
     """A hierarchy specification is malformed (``str(exc)`` names the field)."""
 
 
+def _refusal(exc: ValidationError) -> HierarchyError:
+    """The first problem of a hierarchy that does not validate, in one line naming its field
+    (``hierarchy levels.1.share: …``; a problem of the whole: ``hierarchy: …``)."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return HierarchyError(f"hierarchy {where}: {first['msg']}" if where else
+                          f"hierarchy: {first['msg']}")
+
+
 @dataclass(frozen=True)
 class Level:
     """One level of the hierarchy.
@@ -121,10 +130,7 @@ class Hierarchy:
                                                    nvlink=lv.nvlink) for lv in levels],
                                  acrossShare=across_share)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise HierarchyError(f"hierarchy {where or ''}: {first['msg']}".replace(" :", ":")) \
-                from None
+            raise _refusal(exc) from None
         return cls.from_spec(spec)
 
     @classmethod
@@ -145,9 +151,7 @@ class Hierarchy:
         try:
             return cls.from_spec(HierarchySpec.model_validate(doc))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise HierarchyError(f"hierarchy {where}: {first['msg']}") from None
+            raise _refusal(exc) from None
 
     @property
     def labels(self) -> tuple[str, ...]:

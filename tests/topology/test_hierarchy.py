@@ -133,6 +133,12 @@ def test_a_malformed_hierarchy_is_refused_in_one_line_naming_the_field() -> None
     with pytest.raises(HierarchyError) as exc:
         Hierarchy.build([Level("a")], across_share=1.5)
     assert str(exc.value) == "hierarchy acrossShare: Input should be less than or equal to 1"
+    # a problem of the whole list, by either entry: no field to name, no stray space
+    for refuse in (lambda: Hierarchy.parse({"levels": [{"label": "a"}, {"label": "a"}]}),
+                   lambda: Hierarchy.build([Level("a"), Level("a")])):
+        with pytest.raises(HierarchyError) as exc:
+            refuse()
+        assert str(exc.value) == "hierarchy: Value error, a label appears twice in the levels"
     # a problem of the whole list has no field to name
     with pytest.raises(HierarchyError) as exc:
         Hierarchy.build([Level("a"), Level("a")])
