@@ -202,3 +202,29 @@ def test_node_energy_counts_idle_power_once_per_busy_node() -> None:
         node_energy_eur([("c", 1, 0.0, 1.0)], {"a": p}, price)
     with pytest.raises(EnergyError):
         node_energy_eur([("a", 1, 5.0, 1.0)], {"a": p}, price)
+
+
+def test_node_energy_skips_empty_intervals_and_no_gpu_intervals() -> None:
+    """An interval of no length (a job started and stopped at one instant) or on no GPUs
+    adds nothing and does not end the accounting: the intervals after it still count. A
+    1-GPU job alone for 1 h on a V100 node at 1 EUR/kWh: 0.5 EUR, whatever else the list
+    holds on that node (a negative GPU count does not lower the busy count)."""
+    from topology.planning.energy import node_energy_eur
+
+    p = PowerProfile(250.0, 250.0)
+    price = EnergyPrice(pue=1.0, eur_per_kwh=1.0)
+    runs = [("a", 1, 100.0, 100.0), ("a", 0, 0.0, 3600.0), ("a", -1, 0.0, 3600.0),
+            ("a", 1, 0.0, 3600.0)]
+    assert node_energy_eur(runs, {"a": p}, price) == pytest.approx(0.5)
+
+
+def test_energy_errors_name_what_is_wrong() -> None:
+    from topology.planning.energy import node_energy_eur
+
+    p = PowerProfile(250.0, 250.0)
+    with pytest.raises(EnergyError, match="busy GPU count must be >= 0, got -1"):
+        p.watts(-1)
+    with pytest.raises(EnergyError, match="no power profile for node 'c'"):
+        node_energy_eur([("c", 1, 0.0, 1.0)], {"a": p}, EnergyPrice())
+    with pytest.raises(EnergyError, match=r"interval on a ends \(1.0\) before it starts \(5.0\)"):
+        node_energy_eur([("a", 1, 5.0, 1.0)], {"a": p}, EnergyPrice())
