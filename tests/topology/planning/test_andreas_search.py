@@ -20,7 +20,7 @@ from topology.planning.andreas import (
     plan,
     reconfiguration_eur,
 )
-from topology.planning.energy import PowerProfile
+from topology.planning.energy import EnergyPrice, PowerProfile
 
 V100 = PowerProfile(idle_w=250.0, gpu_w=250.0)
 T4 = PowerProfile(idle_w=250.0, gpu_w=70.0)
@@ -86,10 +86,11 @@ def test_patience_stops_the_randomised_iterations() -> None:
     assert plan(0, [t4()], [j], PlannerSettings.paper(max_iterations=200)).iterations == 200
 
 
-def test_no_swap_probability_draws_no_swap_numbers() -> None:
+def test_a_zero_probability_draws_no_random_numbers() -> None:
     """With π = 0 (:attr:`PlannerSettings.swap_probability`) the randomised iterations draw
-    no numbers for the swaps, only for α's deviations, as the implementation before issue 22
-    did (``benchmarks/andreas_reference.py``): the same seed makes the same plan."""
+    no numbers for the swaps, only for α's deviations, and with α = 0 none for the
+    deviations, as the implementation before issue 22 did
+    (``benchmarks/andreas_reference.py``): the same seed makes the same plan."""
     from tests.topology.planning.test_andreas import TABLE
     from tests.topology.planning.test_andreas_reference import assert_same_plan
 
@@ -99,6 +100,9 @@ def test_no_swap_probability_draws_no_swap_numbers() -> None:
     for seed in range(4):
         assert_same_plan(0.0, nodes, jobs, PlannerSettings.paper(
             swap_probability=0.0, alpha=0.5, max_iterations=60, seed=seed))
+        # and with α = 0 none for the deviations, only for the swaps
+        assert_same_plan(0.0, nodes, jobs, PlannerSettings.paper(
+            swap_probability=0.5, alpha=0.0, max_iterations=60, seed=seed))
 
 
 def _mixed() -> list[PlanNode]:
@@ -142,3 +146,41 @@ def test_with_every_job_running_there_is_no_pressing_incumbent() -> None:
         p = plan(0, _mixed(), jobs, s)
         assert p.best_iteration == best
         assert p == plan(0, _mixed(), jobs, replace(s, pressing_incumbent=False))
+
+
+def test_eq1_counts_the_first_ending_job_on_a_node_and_the_cheaper_on_equal_times() -> None:
+    """Eq. 1's energy term (the paper's): α_jn = 1 for the job that ends first on node n,
+    and on equal times the cheaper one (module docstring). On one 3-GPU V100 node at
+    1 EUR/kWh, paper c_ng (the job's own g): A on 2 GPUs ends at 600 s (π = 600 s x
+    0.75 kW), B on 1 GPU at 800 s (π = 800 s x 0.5 kW, cheaper but later): A's π counts.
+    With B ending at 600 s too, B's (the cheaper) counts, though B is placed first."""
+    node = [v100("v", 3)]
+    s = PlannerSettings.paper(max_iterations=1, price=EnergyPrice(pue=1.0, eur_per_kwh=1.0))
+    a = PlanJob("A", 1e6, 1.0, 10, {(V, 2): 60.0})
+    b = PlanJob("B", 1e6, 1.0, 10, {(V, 1): 80.0})
+    p = plan(0, node, [a, b], s)
+    assert schedule(p, [a, b]) == {"A": Placement("v", 2), "B": Placement("v", 1)}
+    assert p.objective.energy_eur == pytest.approx(600 * 0.750 / 3600)
+    b_first = PlanJob("B", 900.0, 1.0, 10, {(V, 1): 60.0})  # Δ = -300 s: taken before A
+    p = plan(0, node, [a, b_first], s)
+    assert schedule(p, [a, b_first]) == {"A": Placement("v", 2), "B": Placement("v", 1)}
+    assert p.objective.energy_eur == pytest.approx(600 * 0.500 / 3600)
+
+
+def test_ties_in_f_obj_go_to_the_schedule_that_changes_fewer_running_jobs() -> None:
+    """Ties in f_OBJ (within 1e-9 EUR) go to the schedule that moves or preempts fewer running
+    jobs (module docstring). The paper's settings charge nothing for a move of a job with no
+    progress, so the pure greedy, which builds from nothing in Eq. 2's order, ties with the
+    incumbent here (R and W are identical, neither will be late, W is more pressing):
+
+    * two T4s, R runs on t1: the greedy gives t1 to W and moves R to t2; R stays on t1;
+    * one T4, R runs on it: the greedy runs W and preempts R; R keeps running."""
+    table = {("t4", 1): 100.0}
+    r = PlanJob("R", 1e6, 1.0, 10, table, current=Placement("t1", 1))
+    w = PlanJob("W", 5e5, 1.0, 10, table)
+    for nodes, where_w in (([t4("t1"), t4("t2")], Placement("t2", 1)), ([t4("t1")], None)):
+        p = plan(0, nodes, [r, w], PlannerSettings.paper(max_iterations=2))
+        assert p.greedy_objective.total_eur == pytest.approx(p.objective.total_eur,
+                                                             abs=1e-12)
+        assert schedule(p, [r, w]) == {"R": Placement("t1", 1), "W": where_w}
+        assert p.best_iteration == 1
