@@ -178,9 +178,27 @@ def test_ties_in_f_obj_go_to_the_schedule_that_changes_fewer_running_jobs() -> N
     table = {("t4", 1): 100.0}
     r = PlanJob("R", 1e6, 1.0, 10, table, current=Placement("t1", 1))
     w = PlanJob("W", 5e5, 1.0, 10, table)
-    for nodes, where_w in (([t4("t1"), t4("t2")], Placement("t2", 1)), ([t4("t1")], None)):
-        p = plan(0, nodes, [r, w], PlannerSettings.paper(max_iterations=2))
-        assert p.greedy_objective.total_eur == pytest.approx(p.objective.total_eur,
-                                                             abs=1e-12)
-        assert schedule(p, [r, w]) == {"R": Placement("t1", 1), "W": where_w}
-        assert p.best_iteration == 1
+    # gputopo's energy term too, without the move charge (and the 1-GPU nodes full: no
+    # vacancy term), where the incumbent's running sum reaches the best f_OBJ exactly
+    default = PlannerSettings(max_iterations=2, move_penalty_eur=0.0, local_search=False,
+                              shadow_window_s=0.0)
+    for s in (PlannerSettings.paper(max_iterations=2), default):
+        for nodes, where_w in (([t4("t1"), t4("t2")], Placement("t2", 1)),
+                               ([t4("t1")], None)):
+            p = plan(0, nodes, [r, w], s)
+            assert p.greedy_objective.total_eur == pytest.approx(p.objective.total_eur,
+                                                                 abs=1e-12)
+            assert schedule(p, [r, w]) == {"R": Placement("t1", 1), "W": where_w}
+            assert p.best_iteration == 1
+
+
+def test_the_greedy_objective_splits_the_shadow_term_apart_too() -> None:
+    """Plan.greedy_objective is the pure greedy's f_OBJ with the shadow term apart from the
+    energy, as the plan's own: with one iteration and no local search they are the same
+    schedule, so the same figures (``test_andreas.py``'s oversubscribed V100 case)."""
+    nodes = [v100("v"), t4()]
+    lstm = PlanJob("L", 30_000, 1.0, 20, {(V, 1): 100.0, ("t4", 1): 170.0})
+    cnn = PlanJob("C", 90_000, 1.0, 20, {(V, 1): 100.0, ("t4", 1): 250.0})
+    p = plan(0, nodes, [lstm, cnn], PlannerSettings(max_iterations=1, local_search=False))
+    assert p.objective.shadow_eur > 0
+    assert p.greedy_objective == p.objective
