@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.topology.planning.test_andreas import T4, V100
 from topology.planning.andreas import (
     Placement,
     PlanJob,
@@ -22,10 +23,8 @@ from topology.planning.andreas import (
     reconfiguration_eur,
     slowest_time_s,
 )
-from topology.planning.energy import EnergyPrice, PowerProfile
+from topology.planning.energy import EnergyPrice
 
-V100 = PowerProfile(idle_w=250.0, gpu_w=250.0)
-T4 = PowerProfile(idle_w=250.0, gpu_w=70.0)
 V = "v100-pcie-32gb"
 #: 1 EUR/kWh, PUE 1: c_ng in EUR/h is the node's kW
 UNIT = EnergyPrice(pue=1.0, eur_per_kwh=1.0)

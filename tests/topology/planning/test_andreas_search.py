@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from tests.topology.planning.test_andreas import T4, V100
 from topology.planning.andreas import (
     Placement,
     Plan,
@@ -20,10 +21,8 @@ from topology.planning.andreas import (
     plan,
     reconfiguration_eur,
 )
-from topology.planning.energy import EnergyPrice, PowerProfile
+from topology.planning.energy import EnergyPrice
 
-V100 = PowerProfile(idle_w=250.0, gpu_w=250.0)
-T4 = PowerProfile(idle_w=250.0, gpu_w=70.0)
 V = "v100-pcie-32gb"
 
 
