@@ -11,15 +11,19 @@ as processes, where the API server or the port is not what they expect.
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.device_plugin.test_plugin_process import gputopo_command
-from tests.kubeconfigs import unreachable_kubeconfig
+from tests.http_replies import reply_json
+from tests.kubeconfigs import UNREACHABLE, unreachable_kubeconfig
 
 
 @pytest.mark.parametrize(("command", "port_flag"), [("planner", "--metrics-port"),
@@ -68,3 +72,99 @@ def test_a_port_in_use_is_one_line_and_exit_1(tmp_path: Path, command: str, port
     assert r.returncode == 1, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says + f"{port}: Address already in use" in lines[0], r.stderr
+
+
+class _LeaseOnlyServer:
+    """A stand-in API server that keeps coordination.k8s.io Leases (create, read, replace)
+    and answers every other path 404, until :meth:`stop`: then nothing listens."""
+
+    def __init__(self) -> None:
+        leases: dict[str, dict[str, object]] = {}
+        stopped = self.stopped = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def handle_one_request(self) -> None:
+                if stopped.is_set():  # a kept-alive connection: dropped without a reply
+                    self.close_connection = True
+                    return
+                super().handle_one_request()
+
+            def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+                pass
+
+            def _body(self) -> dict[str, object]:
+                n = int(self.headers.get("Content-Length") or 0)
+                return json.loads(self.rfile.read(n)) if n else {}
+
+            def _lease(self) -> str | None:
+                path = self.path.split("?")[0]
+                return path if "/apis/coordination.k8s.io/v1/" in path else None
+
+            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+                key = self._lease()
+                if key in leases:
+                    reply_json(self, 200, leases[key])
+                else:
+                    reply_json(self, 404, {"kind": "Status", "apiVersion": "v1",
+                                           "status": "Failure", "reason": "NotFound",
+                                           "code": 404})
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = self._body()
+                key = self._lease()
+                if key is None:
+                    reply_json(self, 404, {"kind": "Status", "code": 404})
+                    return
+                name = body["metadata"]["name"]  # type: ignore[index]
+                leases[f"{key}/{name}"] = body
+                reply_json(self, 201, body)
+
+            def do_PUT(self) -> None:  # noqa: N802
+                body = self._body()
+                key = self._lease()
+                leases[str(key)] = body
+                reply_json(self, 200, body)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_leader_whose_api_server_stops_answering_exits_as_on_a_lost_lease(
+        tmp_path: Path) -> None:
+    """The planner takes the Lease, leads, and then its API server stops answering: the
+    renewal raises the client's transport error; the planner exits 1 with its one "lost its
+    lease" line (it never leads without the Lease), not with a traceback."""
+    api = _LeaseOnlyServer()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(UNREACHABLE.replace("http://127.0.0.1:1",
+                                              f"http://127.0.0.1:{api.port}"))
+    proc = subprocess.Popen(
+        gputopo_command() + ["planner", "--kubeconfig", str(kubeconfig), "--metrics-port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = ""
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        while "planner leading" not in out and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            out += line
+        assert "planner leading" in out, out
+        api.stop()
+        rest, _ = proc.communicate(timeout=60)
+        out += rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert proc.returncode == 1, out
+    assert "lost its lease" in out and "Traceback" not in out, out
