@@ -220,15 +220,18 @@ def mark_placed_if_bound(api: PlacedRepairAPI, namespace: str, name: str, uid: s
     server drops the repeats.
 
     Returns:
-        Whether it wrote (the write itself never raises: :func:`record_condition`).
-        Reading the pod failed (logged), it is gone, another pod by that name, not bound,
-        or placed meanwhile: False.
+        Whether it wrote. It never raises (the writers that call it must outlive one bad
+        call): the write is :func:`record_condition`'s; reading the pod failed (logged), it is
+        gone, another pod by that name, not bound, or placed meanwhile: False.
     """
     try:
         live = api.get_pod(namespace, name)
     except ApiError as exc:
         log.warning("cannot read pod %s/%s to mark its postponement placed: %s",
                     namespace, name, exc)
+        return False
+    except Exception:  # noqa: BLE001 - as record_condition: its writer must outlive one read
+        log.exception("cannot read pod %s/%s to mark its postponement placed", namespace, name)
         return False
     if live is None or _meta(live).get("uid") != uid:
         return False
@@ -709,10 +712,7 @@ class KubernetesState(BookedViews):
                         wall_s, self.pending.postpone_max_s, ended=True))
             while checks and checks[0][0] <= time.monotonic():
                 _, uid, key = heapq.heappop(checks)
-                try:
-                    self._check_placed(uid, key)
-                except Exception:  # noqa: BLE001 - the writer outlives one bad read (a
-                    log.exception("re-reading pod %s failed", key)  # body that is not JSON)
+                self._check_placed(uid, key)
 
     def _check_placed(self, uid: str, key: str) -> None:
         """The watch showed pod ``key`` (``uid``) bound with its postponement condition still
